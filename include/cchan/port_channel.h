@@ -1,0 +1,123 @@
+/* cchan port channel: data moved by a DMA engine or RDMA NIC that a proxy thread drives.
+ *
+ * The device side pushes 16-byte triggers into the proxy's FIFO; the proxy performs them with the
+ * channel's transport (dma: peer copies on a stream of the connection; host: memcpy). Offsets are
+ * bytes into the channel's source buffer (this rank) and destination buffer (the peer), both
+ * registered with cchan.
+ *
+ *   put(dst_off, src_off, bytes)  asynchronous one-sided write; returns before the data moves. The
+ *                                 source must not be overwritten until a flush() returns. Any size:
+ *                                 puts larger than 2 GiB are split into several triggers.
+ *                                 Offsets must be below 1 TiB (CCHAN_ERR_RANGE otherwise).
+ *   signal()                      raises the peer's semaphore once every earlier put of this
+ *                                 channel has landed; the peer's wait() then sees their data.
+ *   wait() / poll()               on the receiving side: consume one signal (acquire). No trigger.
+ *   flush()                       returns when every earlier request of this channel is complete
+ *                                 from the sender's view (sources reusable, signals delivered).
+ *   put_signal, put_signal_flush  fused forms, one trigger each.
+ *
+ * Threads: for one channel, one thread at a time calls put/signal/flush (they keep order); another
+ * (or the same) thread calls wait/poll. Many channels, from many threads, may share one proxy FIFO.
+ * Every function returns 0 or a negative cchan status; on a GPU a timeout traps (see wait.h).
+ */
+#ifndef CCHAN_PORT_CHANNEL_H
+#define CCHAN_PORT_CHANNEL_H
+
+#include "cchan/fifo.h"
+
+CCHAN_EXTERN_C_BEGIN
+
+typedef struct cchan_port_channel {
+    cchan_fifo_t fifo;          /* the proxy's FIFO (shared with the proxy's other channels) */
+    uint32_t id;                /* channel id within the proxy */
+    uint32_t reserved;
+    uint64_t *inbound;          /* receive side: counter the peer's proxy raises (host-mapped) */
+    uint64_t *expected;         /* device memory: value the last wait reached */
+    uint64_t *flush_issued;     /* device memory: flushes requested on this channel */
+    const uint64_t *flush_done; /* host-mapped: flushes the proxy has completed */
+    cchan_wait_ctl_t ctl;       /* deadline for wait and flush (peer, id) */
+} cchan_port_channel_t;
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_push(const cchan_port_channel_t *ch, uint32_t type,
+                                                uint64_t dst_off, uint64_t src_off,
+                                                uint64_t bytes) {
+    int64_t r = cchan_fifo_push(&ch->fifo, cchan_trigger_encode(type, ch->id, dst_off, src_off, bytes));
+    return r < 0 ? (int)r : CCHAN_OK;
+}
+
+/* Splits a put into chunks; `last_type` (extra flags) rides on the final chunk. */
+CCHAN_DEVICE_INLINE int cchan_port_channel_put_typed(const cchan_port_channel_t *ch,
+                                                     uint64_t dst_off, uint64_t src_off,
+                                                     uint64_t bytes, uint32_t last_type) {
+    if (CCHAN_UNLIKELY(dst_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 ||
+                       src_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 || dst_off + bytes < dst_off ||
+                       src_off + bytes < src_off)) {
+        return cchan_device_fail(&ch->ctl, CCHAN_FAIL_RANGE, CCHAN_TRIGGER_MAX_OFFSET + 1,
+                                 (dst_off > src_off ? dst_off : src_off) + bytes, 0, CCHAN_ERR_RANGE);
+    }
+    while (bytes > CCHAN_TRIGGER_MAX_CHUNK) {
+        int r = cchan_port_channel_push(ch, CCHAN_TRIGGER_PUT, dst_off, src_off,
+                                        CCHAN_TRIGGER_MAX_CHUNK);
+        if (r) return r;
+        dst_off += CCHAN_TRIGGER_MAX_CHUNK;
+        src_off += CCHAN_TRIGGER_MAX_CHUNK;
+        bytes -= CCHAN_TRIGGER_MAX_CHUNK;
+    }
+    uint32_t type = last_type | (bytes ? (uint32_t)CCHAN_TRIGGER_PUT : 0u);
+    if (type == 0) return CCHAN_OK; /* zero-byte plain put: nothing to do */
+    return cchan_port_channel_push(ch, type, dst_off, src_off, bytes);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_put(const cchan_port_channel_t *ch, uint64_t dst_off,
+                                               uint64_t src_off, uint64_t bytes) {
+    return cchan_port_channel_put_typed(ch, dst_off, src_off, bytes, 0u);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_signal(const cchan_port_channel_t *ch) {
+    return cchan_port_channel_push(ch, CCHAN_TRIGGER_SIGNAL, 0, 0, 0);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal(const cchan_port_channel_t *ch,
+                                                      uint64_t dst_off, uint64_t src_off,
+                                                      uint64_t bytes) {
+    return cchan_port_channel_put_typed(ch, dst_off, src_off, bytes, CCHAN_TRIGGER_SIGNAL);
+}
+
+/* Waits until the proxy reports this channel's n-th flush complete. */
+CCHAN_DEVICE_INLINE int cchan_port_channel_flush_wait(const cchan_port_channel_t *ch, uint64_t n) {
+    return cchan_wait_geq_u64(ch->flush_done, n, &ch->ctl, CCHAN_WAIT_FLUSH);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_flush(const cchan_port_channel_t *ch) {
+    uint64_t n = *ch->flush_issued + 1;
+    *ch->flush_issued = n;
+    int r = cchan_port_channel_push(ch, CCHAN_TRIGGER_FLUSH, 0, 0, 0);
+    return r ? r : cchan_port_channel_flush_wait(ch, n);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal_flush(const cchan_port_channel_t *ch,
+                                                            uint64_t dst_off, uint64_t src_off,
+                                                            uint64_t bytes) {
+    uint64_t n = *ch->flush_issued + 1;
+    *ch->flush_issued = n;
+    int r = cchan_port_channel_put_typed(ch, dst_off, src_off, bytes,
+                                         CCHAN_TRIGGER_SIGNAL | CCHAN_TRIGGER_FLUSH);
+    return r ? r : cchan_port_channel_flush_wait(ch, n);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_wait(const cchan_port_channel_t *ch) {
+    uint64_t want = *ch->expected + 1;
+    *ch->expected = want;
+    return cchan_wait_geq_u64(ch->inbound, want, &ch->ctl, CCHAN_WAIT_SEMAPHORE);
+}
+
+CCHAN_DEVICE_INLINE int cchan_port_channel_poll(const cchan_port_channel_t *ch) {
+    uint64_t want = *ch->expected + 1;
+    if (cchan_load_acquire_sys_u64(ch->inbound) < want) return 0;
+    *ch->expected = want;
+    return 1;
+}
+
+CCHAN_EXTERN_C_END
+
+#endif /* CCHAN_PORT_CHANNEL_H */

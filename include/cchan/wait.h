@@ -1,0 +1,126 @@
+/* cchan device-side waiting: deadlines and the diagnostic record left when one expires.
+ *
+ * Every spin-wait in cchan (semaphore wait, FIFO full, flush, LL packet read) goes through this file.
+ * A deadline is off when timeout_ns is 0 (the default). The host sets it from CCHAN_TIMEOUT_MS or the
+ * API when it builds a channel. On expiry the waiting thread writes a cchan_diag_t into memory the host
+ * can read (host-mapped), then:
+ *   - CUDA/HIP: traps, so the kernel fails; cchan_comm_check_device() turns the record into an error
+ *     message that names what was awaited;
+ *   - host backend: the waiting function returns CCHAN_ERR_DEVICE_TIMEOUT.
+ * The fast path (condition already true) reads no clock. While spinning, the clock is read once every
+ * CCHAN_WAIT_CLOCK_STRIDE iterations, so the cost is one compare per spin.
+ */
+#ifndef CCHAN_WAIT_H
+#define CCHAN_WAIT_H
+
+#include "cchan/arch/arch.h"
+#include "cchan/status.h"
+
+CCHAN_EXTERN_C_BEGIN
+
+#define CCHAN_WAIT_CLOCK_STRIDE 1024u
+
+/* What a thread was waiting for. */
+enum cchan_wait_kind {
+    CCHAN_WAIT_NONE = 0,
+    CCHAN_WAIT_SEMAPHORE = 1, /* semaphore/channel wait: expected vs observed counter */
+    CCHAN_WAIT_FIFO_FULL = 2, /* port channel push: expected = head, observed = tail */
+    CCHAN_WAIT_FLUSH = 3,     /* port channel flush: expected vs completed flush count */
+    CCHAN_WAIT_PACKET = 4,    /* LL packet read: expected flag vs observed flag */
+    CCHAN_WAIT_BARRIER = 5,   /* grid or rank barrier */
+    CCHAN_FAIL_RANGE = 6      /* not a wait: a request out of range (expected = limit, observed =
+                                 the offending end offset) */
+};
+
+/* Written by the device when a deadline expires. The first writer wins (state goes 0 -> 1). */
+typedef struct cchan_diag {
+    uint32_t state; /* 0: nothing recorded; 1: record complete */
+    uint32_t kind;  /* enum cchan_wait_kind */
+    int32_t rank;   /* rank of the waiting side */
+    int32_t peer;   /* the peer rank the wait depended on, -1 if none */
+    uint32_t id;    /* channel or semaphore index as the host numbered it */
+    uint32_t reserved;
+    uint64_t expected; /* value awaited */
+    uint64_t observed; /* last value seen */
+    uint64_t waited_ns;
+} cchan_diag_t;
+CCHAN_STATIC_ASSERT(sizeof(cchan_diag_t) == 48, "cchan_diag_t layout");
+
+/* Carried by value in every device handle that can wait. */
+typedef struct cchan_wait_ctl {
+    cchan_diag_t *diag;  /* NULL: no record (the wait still ends at the deadline) */
+    uint64_t timeout_ns; /* 0: wait forever */
+    int32_t rank;
+    int32_t peer;
+    uint32_t id;
+    uint32_t reserved;
+} cchan_wait_ctl_t;
+
+typedef struct cchan_deadline {
+    uint64_t start_ns; /* 0 until the first slow-path clock read */
+    uint32_t iter;
+} cchan_deadline_t;
+
+CCHAN_DEVICE_INLINE void cchan_deadline_init(cchan_deadline_t *d) {
+    d->start_ns = 0;
+    d->iter = 0;
+}
+
+/* Call once per spin. Returns nonzero when the deadline has expired. */
+CCHAN_DEVICE_INLINE int cchan_deadline_spin(cchan_deadline_t *d, const cchan_wait_ctl_t *ctl) {
+    uint32_t it = ++d->iter;
+    cchan_spin_pause(it);
+    if (CCHAN_LIKELY(ctl->timeout_ns == 0) || (it % CCHAN_WAIT_CLOCK_STRIDE) != 0) return 0;
+    uint64_t now = cchan_clock_ns();
+    if (d->start_ns == 0) {
+        d->start_ns = now;
+        return 0;
+    }
+    return now - d->start_ns >= ctl->timeout_ns;
+}
+
+/* Records a device-side failure (first writer only) and ends the operation: traps on a GPU, returns
+ * `status` on the host backend. */
+CCHAN_DEVICE_INLINE int cchan_device_fail(const cchan_wait_ctl_t *ctl, uint32_t kind,
+                                          uint64_t expected, uint64_t observed, uint64_t waited_ns,
+                                          int status) {
+    cchan_diag_t *g = ctl->diag;
+    if (g != NULL && cchan_load_relaxed_sys_u32(&g->state) == 0) {
+        /* The fields are written before state (release), so a reader that sees state == 1 sees a
+         * whole record. Two racing writers may both write; either record is a true one. */
+        g->kind = kind;
+        g->rank = ctl->rank;
+        g->peer = ctl->peer;
+        g->id = ctl->id;
+        g->expected = expected;
+        g->observed = observed;
+        g->waited_ns = waited_ns;
+        cchan_store_release_sys_u32(&g->state, 1);
+    }
+    cchan_trap();
+    return status;
+}
+
+CCHAN_DEVICE_INLINE int cchan_wait_expired(const cchan_deadline_t *d, const cchan_wait_ctl_t *ctl,
+                                           uint32_t kind, uint64_t expected, uint64_t observed) {
+    return cchan_device_fail(ctl, kind, expected, observed, cchan_clock_ns() - d->start_ns,
+                             CCHAN_ERR_DEVICE_TIMEOUT);
+}
+
+/* Spins until *p >= target (acquire, system scope). 0 or CCHAN_ERR_DEVICE_TIMEOUT. */
+CCHAN_DEVICE_INLINE int cchan_wait_geq_u64(const uint64_t *p, uint64_t target,
+                                           const cchan_wait_ctl_t *ctl, uint32_t kind) {
+    uint64_t v = cchan_load_acquire_sys_u64(p);
+    if (CCHAN_LIKELY(v >= target)) return CCHAN_OK;
+    cchan_deadline_t d;
+    cchan_deadline_init(&d);
+    while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+        if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, ctl)))
+            return cchan_wait_expired(&d, ctl, kind, target, v);
+    }
+    return CCHAN_OK;
+}
+
+CCHAN_EXTERN_C_END
+
+#endif /* CCHAN_WAIT_H */
