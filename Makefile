@@ -1,11 +1,13 @@
 # Thin front end over CMake. `make` builds, `make test` installs missing Debian packages and runs
-# every test tier this machine can run, `make run` runs the benchmark suite, `make install`.
+# every test tier this machine can run (main, ASan+UBSan and TSan builds; scripts/run-tests.sh),
+# `make run` runs the benchmark suite, `make install` installs (PREFIX=/usr/local).
 BUILD ?= build
 CMAKE ?= cmake
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
 
-.PHONY: all build configure test run install deps clean
+.PHONY: all build configure test run install deps format clean
 
 all: build
 
@@ -19,13 +21,17 @@ deps:
 	@scripts/install-deps.sh
 
 test: deps
-	@scripts/run-tests.sh
+	@BUILD="$(BUILD)" JOBS="$(JOBS)" CMAKE_ARGS="$(CMAKE_ARGS)" scripts/run-tests.sh
 
 run: deps build
-	@scripts/run-bench.sh
+	@BUILD="$(BUILD)" scripts/run-bench.sh
 
 install: build
-	@$(CMAKE) --install $(BUILD)
+	@$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
+
+# Formats the files changed since the last commit (clang-format, .clang-format).
+format:
+	@git diff --name-only --diff-filter=d HEAD -- '*.c' '*.h' '*.cu' '*.cpp' | xargs -r clang-format -i
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -1,18 +1,46 @@
 # install(EXPORT), package config and pkg-config file.
+#
+# Downstream CMake:   find_package(cchan 0.1 CONFIG REQUIRED)
+#                     target_link_libraries(app PRIVATE cchan::cchan)    # runtime + headers
+#                     target_link_libraries(kernels PRIVATE cchan::headers)  # device headers only
+# Downstream make:    cc app.c $(pkg-config --cflags --libs cchan)
+# Both are relocatable: the installed tree may be moved as a whole.
 include(CMakePackageConfigHelpers)
+set(CCHAN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cchan)
+
 install(TARGETS cchan cchan_headers cchan-run EXPORT cchanTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY include/cchan DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(EXPORT cchanTargets NAMESPACE cchan:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cchan)
-configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/cchanConfig.cmake.in
-  ${CMAKE_CURRENT_BINARY_DIR}/cchanConfig.cmake
-  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cchan)
-write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/cchanConfigVersion.cmake
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/cchan DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT cchanTargets NAMESPACE cchan:: DESTINATION ${CCHAN_INSTALL_CMAKEDIR})
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/cchanConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/cchanConfig.cmake
+  INSTALL_DESTINATION ${CCHAN_INSTALL_CMAKEDIR})
+# 0.x: a minor release may break the API, so only the same minor version is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/cchanConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cchanConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/cchanConfigVersion.cmake
-  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cchan)
-configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/cchan.pc.in ${CMAKE_CURRENT_BINARY_DIR}/cchan.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cchan.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${PROJECT_BINARY_DIR}/cchanConfig.cmake ${PROJECT_BINARY_DIR}/cchanConfigVersion.cmake
+  DESTINATION ${CCHAN_INSTALL_CMAKEDIR})
+
+# pkg-config: prefix found from the .pc file's own location (${pcfiledir}), so that
+# `cmake --install build --prefix anywhere` gives a working file.
+set(CCHAN_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(CCHAN_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH rel "/root/${CCHAN_PC_DIR}" "/root")
+  string(REGEX REPLACE "/$" "" rel "${rel}")
+  set(CCHAN_PC_PREFIX "\${pcfiledir}/${rel}")
+endif()
+foreach(kind LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${kind}}")
+    set(CCHAN_PC_${kind} "${CMAKE_INSTALL_${kind}}")
+  else()
+    set(CCHAN_PC_${kind} "\${prefix}/${CMAKE_INSTALL_${kind}}")
+  endif()
+endforeach()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/cchan.pc.in ${PROJECT_BINARY_DIR}/cchan.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/cchan.pc DESTINATION ${CCHAN_PC_DIR})

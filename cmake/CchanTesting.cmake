@@ -1,36 +1,122 @@
-# Test helpers.
+# Test helpers. Every test is a small program; exit code 77 means "skipped" (the machine lacks what
+# the test needs, and the program prints why), as in liburing and automake.
 #
-# cchan_test(<name> SOURCES <files...> [RANKS <n>] [CMOCKA] [TIMEOUT <s>] [LABELS <l...>]
-#            [ARGS <args...>] [LIBS <libs...>])
+# cchan_test(<name> SOURCES <files...> [RANKS <n>] [CMOCKA] [INTERNAL] [TIMEOUT <s>]
+#            [LABELS <l...>] [ARGS <args...>] [LIBS <libs...>])
 #   Builds an executable from SOURCES linked with cchan (and cmocka with CMOCKA) and registers it.
 #   With RANKS, the test runs as n processes through cchan-run (fork+exec, loopback bootstrap).
-#   Exit code 77 means "skipped" (the machine lacks what the test needs; the test prints why).
+#   INTERNAL links the runtime statically (cchan_internal) instead of libcchan.so, so the test can
+#   call hidden cchani_* functions; src/host and src/proxy are on its include path.
+#   LABELS select tests: `ctest -L unit`, `ctest -LE compile` (the sanitizer runs skip "compile").
+#   Default TIMEOUT 120 s.
+#
+# cchan_cuda_test(<name> SOURCES <files.cu...> [RANKS <n>] [INTERNAL] [TIMEOUT <s>]
+#                 [LABELS <l...>] [ARGS <args...>] [LIBS <libs...>])
+#   A GPU test program (label "gpu", plus LABELS). With CUDA in the build it is compiled for
+#   CMAKE_CUDA_ARCHITECTURES and registered like cchan_test; the program itself exits 77 with
+#   "no GPU" when none is visible. Without CUDA it is not built and the test reports the skip (77).
+#   test/gpu is on its include path.
+#
+# cchan_fuzz(...): see CchanFuzz.cmake.
 find_path(CCHAN_CMOCKA_INCLUDE cmocka.h)
 find_library(CCHAN_CMOCKA_LIB cmocka)
+mark_as_advanced(CCHAN_CMOCKA_INCLUDE CCHAN_CMOCKA_LIB)
 if(NOT CCHAN_CMOCKA_INCLUDE OR NOT CCHAN_CMOCKA_LIB)
   message(FATAL_ERROR "cchan tests need cmocka (Debian: apt-get install libcmocka-dev); "
                       "'make test' installs it, or configure with -DCCHAN_BUILD_TESTS=OFF")
 endif()
 
-function(cchan_test name)
-  cmake_parse_arguments(T "CMOCKA" "RANKS;TIMEOUT" "SOURCES;LABELS;ARGS;LIBS" ${ARGN})
-  add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE cchan Threads::Threads ${T_LIBS})
+# cchan_test_target(<executable> [CMOCKA] [INTERNAL] [LIBS <libs...>])
+#   Links, include paths and warnings shared by every test executable; for executables made with
+#   add_executable() and registered with cchan_register_test().
+function(cchan_test_target name)
+  cmake_parse_arguments(T "CMOCKA;INTERNAL" "" "LIBS" ${ARGN})
+  if(T_INTERNAL)
+    target_link_libraries(${name} PRIVATE cchan_internal)
+    target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src/host
+                                               ${PROJECT_SOURCE_DIR}/src/proxy)
+  else()
+    target_link_libraries(${name} PRIVATE cchan)
+  endif()
+  target_link_libraries(${name} PRIVATE Threads::Threads ${T_LIBS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/test/common)
-  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wno-unused-parameter>)
+  target_compile_options(${name} PRIVATE
+    "$<$<COMPILE_LANGUAGE:C,CXX>:-Wall;-Wextra;-Wno-unused-parameter>")
   target_compile_definitions(${name} PRIVATE _GNU_SOURCE)
   if(T_CMOCKA)
     target_include_directories(${name} PRIVATE ${CCHAN_CMOCKA_INCLUDE})
     target_link_libraries(${name} PRIVATE ${CCHAN_CMOCKA_LIB})
+  endif()
+endfunction()
+
+# cchan_register_test(<test name> [TARGET <executable>] [RANKS <n>] [TIMEOUT <s>] [LABELS <l...>]
+#                     [ARGS <args...>])
+#   Registers an executable as a test, through cchan-run with RANKS. One executable may back several
+#   tests, one per scenario in ARGS, named <executable>_<scenario>: without TARGET, the executable
+#   is the target named like the test, else the longest "_"-separated prefix of the test name that
+#   is a target (boot_env_torchrun -> boot_env).
+function(cchan_register_test name)
+  cmake_parse_arguments(T "" "TARGET;RANKS;TIMEOUT" "LABELS;ARGS" ${ARGN})
+  if(NOT T_TARGET)
+    set(T_TARGET ${name})
+    while(NOT TARGET ${T_TARGET} AND T_TARGET MATCHES "_[^_]+$")
+      string(REGEX REPLACE "_[^_]+$" "" T_TARGET "${T_TARGET}")
+    endwhile()
+  endif()
+  if(NOT TARGET ${T_TARGET})
+    message(FATAL_ERROR "cchan_register_test(${name}): no executable target '${T_TARGET}'; "
+                        "name it with TARGET <executable>")
   endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
   if(T_RANKS)
     add_test(NAME ${name} COMMAND $<TARGET_FILE:cchan-run> -n ${T_RANKS} --timeout ${T_TIMEOUT}
-             $<TARGET_FILE:${name}> ${T_ARGS})
+             $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
   else()
-    add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+    add_test(NAME ${name} COMMAND ${T_TARGET} ${T_ARGS})
   endif()
-  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT ${T_TIMEOUT}
+                                          LABELS "${T_LABELS}")
 endfunction()
+
+# Registers a test that only reports why it cannot run here (exit 77).
+function(cchan_register_skip name why)
+  cmake_parse_arguments(T "" "" "LABELS" ${ARGN})
+  add_test(NAME ${name} COMMAND sh -c "echo \"SKIP ${name}: $1\"; exit 77" sh "${why}")
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
+endfunction()
+
+function(cchan_test name)
+  cmake_parse_arguments(T "CMOCKA;INTERNAL" "RANKS;TIMEOUT" "SOURCES;LABELS;ARGS;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  set(flags "")
+  if(T_CMOCKA)
+    list(APPEND flags CMOCKA)
+  endif()
+  if(T_INTERNAL)
+    list(APPEND flags INTERNAL)
+  endif()
+  cchan_test_target(${name} ${flags} LIBS ${T_LIBS})
+  cchan_register_test(${name} RANKS ${T_RANKS} TIMEOUT ${T_TIMEOUT} LABELS ${T_LABELS}
+                      ARGS ${T_ARGS})
+endfunction()
+
+function(cchan_cuda_test name)
+  cmake_parse_arguments(T "INTERNAL" "RANKS;TIMEOUT" "SOURCES;LABELS;ARGS;LIBS" ${ARGN})
+  if(NOT CCHAN_HAVE_CUDA)
+    cchan_register_skip(${name} "not built: ${CCHAN_CUDA_WHY}" LABELS gpu ${T_LABELS})
+    return()
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  set(flags "")
+  if(T_INTERNAL)
+    list(APPEND flags INTERNAL)
+  endif()
+  cchan_test_target(${name} ${flags} LIBS ${T_LIBS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/test/gpu)
+  cchan_register_test(${name} RANKS ${T_RANKS} TIMEOUT ${T_TIMEOUT} LABELS gpu ${T_LABELS}
+                      ARGS ${T_ARGS})
+endfunction()
+
+include(CchanFuzz)

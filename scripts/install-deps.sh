@@ -1,25 +1,106 @@
 #!/usr/bin/env bash
-# Installs what cchan's build and tests need on Debian 12 when it is missing.
+# Installs what cchan's build and tests need on Debian 12 (bookworm), as root or through sudo.
+# Does nothing, quickly, when everything is present (one dpkg-query call).
+#
+#   required  cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev
+#   optional  libclang-rt-dev      libFuzzer for the fuzz tests (else a deterministic driver runs)
+#             hipcc                HIP compile checks (else hygiene_hipcc_* are skipped)
+#             python3-matplotlib   benchmark plots
+# The CUDA toolkit is not installed here (NVIDIA's repository, several GiB): with nvcc at
+# /usr/local/cuda the CUDA parts build, without it they are skipped and say so.
+#
+# CCHAN_SKIP_DEPS=1 skips this script; CCHAN_DEPS_OPTIONAL=0 installs only the required packages.
 set -euo pipefail
-need=()
-have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev; do
-  have_pkg "$p" || need+=("$p")
-done
-# hipcc is only needed for the HIP compile check; install it when available.
-if ! command -v hipcc >/dev/null 2>&1; then need+=(hipcc); fi
-if [ ${#need[@]} -eq 0 ]; then exit 0; fi
-echo "cchan: installing missing packages: ${need[*]}"
-SUDO=""
+
+if [ "${CCHAN_SKIP_DEPS:-0}" = 1 ]; then
+    echo "cchan deps: skipped (CCHAN_SKIP_DEPS=1)"
+    exit 0
+fi
+
+required=(cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev)
+optional=()
+if [ "${CCHAN_DEPS_OPTIONAL:-1}" != 0 ]; then
+    optional=(libclang-rt-dev hipcc python3-matplotlib)
+fi
+
+# Packages not installed, judged by dpkg (or, for tools installed some other way, by the tool).
+missing_of() {
+    local p status
+    for p in "$@"; do
+        status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+        [ "$status" = "install ok installed" ] && continue
+        case $p in
+        hipcc) command -v hipcc >/dev/null 2>&1 && continue ;;
+        python3-matplotlib) python3 -c 'import matplotlib' >/dev/null 2>&1 && continue ;;
+        esac
+        echo "$p"
+    done
+}
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    for t in cmake gcc g++ make; do
+        if ! command -v "$t" >/dev/null 2>&1; then
+            echo "cchan deps: not a Debian system (no apt-get) and '$t' is missing;" \
+                "install: ${required[*]} (and optionally ${optional[*]}) by hand" >&2
+            exit 1
+        fi
+    done
+    echo "cchan deps: not a Debian system; not checking packages (need: ${required[*]})"
+    exit 0
+fi
+
+mapfile -t need_required < <(missing_of "${required[@]}")
+mapfile -t need_optional < <(missing_of "${optional[@]}")
+if [ ${#need_required[@]} -eq 0 ] && [ ${#need_optional[@]} -eq 0 ]; then
+    exit 0
+fi
+
+SUDO=()
 if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "cchan: need root (or sudo) to apt-get install: ${need[*]}" >&2; exit 1; fi
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        echo "cchan deps: need root or sudo to install: ${need_required[*]} ${need_optional[*]}" >&2
+        echo "cchan deps: run as root: apt-get install ${need_required[*]} ${need_optional[*]}" >&2
+        [ ${#need_required[@]} -eq 0 ] && exit 0
+        exit 1
+    fi
 fi
+
 export DEBIAN_FRONTEND=noninteractive
-if ! $SUDO apt-get update -qq; then
-  echo "cchan: 'apt-get update' failed; install by hand: apt-get install ${need[*]}" >&2; exit 1
+log=$(mktemp /tmp/cchan-apt.XXXXXX.log)
+# Wait for a dpkg lock held by unattended-upgrades on a freshly booted machine.
+apt=("${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+
+echo "cchan deps: missing: ${need_required[*]} ${need_optional[*]}"
+echo "cchan deps: apt-get update"
+if ! "${apt[@]}" update -qq >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    echo "cchan deps: 'apt-get update' failed (log above, full log $log)." >&2
+    echo "cchan deps: install by hand: apt-get install ${need_required[*]} ${need_optional[*]}" >&2
+    exit 1
 fi
-if ! $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/tmp/cchan-apt.log 2>&1; then
-  tail -20 /tmp/cchan-apt.log >&2
-  echo "cchan: 'apt-get install ${need[*]}' failed (log above)" >&2; exit 1
+
+install() {
+    echo "cchan deps: apt-get install -y --no-install-recommends $*"
+    "${apt[@]}" install -y -qq --no-install-recommends "$@" >>"$log" 2>&1
+}
+
+if [ ${#need_required[@]} -gt 0 ] && ! install "${need_required[@]}"; then
+    tail -20 "$log" >&2
+    echo "cchan deps: installing the required packages failed (log above, full log $log):" \
+        "${need_required[*]}" >&2
+    exit 1
 fi
+# Optional packages one by one, so that one unavailable package does not block the others.
+keep_log=0
+for p in "${need_optional[@]}"; do
+    if ! install "$p"; then
+        keep_log=1
+        tail -5 "$log" >&2
+        echo "cchan deps: WARNING: optional package '$p' did not install; the tests that need it" \
+            "are skipped or use a fallback (full log $log)" >&2
+    fi
+done
+echo "cchan deps: done"
+[ "$keep_log" = 1 ] || rm -f "$log"

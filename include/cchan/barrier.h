@@ -6,7 +6,8 @@
  * as long as every launch uses the same number of blocks. Call from every thread of every block.
  *
  * Rank barrier: every rank meets every peer over one semaphore per peer (signal then wait). Threads
- * 0..npeers-1 of the calling block each handle one peer; the block synchronizes around it.
+ * 0..npeers-1 of the calling block each handle one peer (on the host backend, where a block is one
+ * thread, that thread handles them all); the block synchronizes around it.
  */
 #ifndef CCHAN_BARRIER_H
 #define CCHAN_BARRIER_H
@@ -39,15 +40,24 @@ CCHAN_DEVICE_INLINE int cchan_grid_barrier(const cchan_grid_barrier_t *b, uint32
 }
 
 /* Cross-rank barrier over sems[0..npeers) (one semaphore to each peer). Every thread of the block
- * calls it. Returns 0 or a timeout status for the threads that waited. */
+ * calls it; on a GPU the block needs at least npeers threads. Returns 0 or a timeout status for the
+ * threads that waited. */
 CCHAN_DEVICE_INLINE int cchan_rank_barrier(const cchan_semaphore_t *sems, uint32_t npeers,
                                            uint32_t tid) {
     int r = CCHAN_OK;
     cchan_block_sync();
+#if defined(CCHAN_BACKEND_HOST)
+    /* A host-backend block is one thread, so that thread serves every peer: all signals first, so
+     * no peer waits on this rank while it waits on another. */
+    (void)tid;
+    for (uint32_t p = 0; p < npeers; p++) cchan_semaphore_signal(&sems[p]);
+    for (uint32_t p = 0; p < npeers && r == CCHAN_OK; p++) r = cchan_semaphore_wait(&sems[p]);
+#else
     if (tid < npeers) {
         cchan_semaphore_signal(&sems[tid]);
         r = cchan_semaphore_wait(&sems[tid]);
     }
+#endif
     cchan_block_sync();
     return r;
 }

@@ -62,6 +62,10 @@ CCHAN_API uint64_t cchan_env_timeout_ms(void);
  * distributed by the application; or cchan_bootstrap_create_from_env() reads torchrun, Open MPI,
  * MPICH/PMI, Slurm or cchan-run variables. Every blocking step has a timeout
  * (CCHAN_BOOTSTRAP_TIMEOUT_MS, default 30000); a dead peer or a version mismatch fails every rank.
+ * Collectives run through rank 0, which therefore learns of (and reports to every rank) a failure of
+ * any rank. One message or all-gather contribution is at most 64 MiB (CCHAN_ERR_RANGE beyond).
+ * A bootstrap is used by one thread at a time. From the torchrun environment the root listens on
+ * MASTER_PORT + 1 (torchrun's own store already holds MASTER_PORT).
  */
 typedef struct cchan_unique_id {
     uint8_t internal[128];
@@ -81,7 +85,8 @@ CCHAN_API int cchan_bootstrap_create(const cchan_unique_id_t *id, int rank, int 
 CCHAN_API int cchan_bootstrap_create_from_env(cchan_bootstrap_t **out);
 
 /* Application-supplied all-gather: recv[r * bytes .. +bytes) = rank r's send. Must be collective and
- * return 0 on success. With it, cchan_bootstrap_send/recv return CCHAN_ERR_UNSUPPORTED; everything
+ * return 0 on success. cchan_bootstrap_create_custom is itself collective (it all-gathers hostnames
+ * through fn to learn local ranks). With it, cchan_bootstrap_send/recv return CCHAN_ERR_UNSUPPORTED; everything
  * cchan itself needs is built on allgather and barrier. */
 typedef int (*cchan_allgather_fn)(void *ctx, const void *send, void *recv, size_t bytes);
 CCHAN_API int cchan_bootstrap_create_custom(int rank, int nranks, cchan_allgather_fn fn, void *ctx,

@@ -5,10 +5,12 @@
  * ring is full (it rereads the proxy's `tail` only when its cached copy says full, with the
  * deadline), stores word1 then word0 with release. A trigger is pushed exactly once, never
  * overwritten before the consumer has taken it.
- * Consumer (proxy): cchan_fifo_peek() tests the slot at its tail by lap parity (acquire), and
- * cchan_fifo_consume() advances the tail; the tail becomes visible to producers when the proxy
- * publishes it (cchan_fifo_publish_tail, release), which it may batch.
+ * Consumer (proxy): cchan_fifo_peek() tests the slot at its tail by lap parity (acquire); having
+ * taken the trigger, the proxy advances its private tail; the tail becomes visible to producers
+ * when the proxy publishes it (cchan_fifo_publish_tail, release), which it may batch.
  * Triggers from one producer thread are consumed in the order it pushed them.
+ * A push that times out has claimed an index it never fills: the consumer stops there, so a FIFO
+ * timeout is fatal for the FIFO (on a GPU the kernel traps anyway).
  */
 #ifndef CCHAN_FIFO_H
 #define CCHAN_FIFO_H
@@ -36,7 +38,9 @@ CCHAN_HOST_DEVICE_INLINE uint64_t cchan_fifo_parity(uint64_t index, uint32_t siz
  * CCHAN_ERR_DEVICE_TIMEOUT on the host backend when the ring stayed full past the deadline. */
 CCHAN_DEVICE_INLINE int64_t cchan_fifo_push(const cchan_fifo_t *f, cchan_trigger_t t) {
     uint64_t idx = cchan_fetch_add_relaxed_dev_u64(f->head, 1);
-    uint64_t cached = cchan_load_relaxed_sys_u64(f->tail_cache);
+    /* Acquire/release on tail_cache carry the consumer's release of `tail` on to producers that
+     * never read `tail` themselves: the consumer's reads of a slot happen before its reuse. */
+    uint64_t cached = cchan_load_acquire_dev_u64(f->tail_cache);
     if (CCHAN_UNLIKELY(idx >= cached + f->size)) {
         cchan_deadline_t d;
         cchan_deadline_init(&d);
@@ -45,7 +49,7 @@ CCHAN_DEVICE_INLINE int64_t cchan_fifo_push(const cchan_fifo_t *f, cchan_trigger
             if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, &f->ctl)))
                 return cchan_wait_expired(&d, &f->ctl, CCHAN_WAIT_FIFO_FULL, idx, tail);
         }
-        cchan_store_relaxed_sys_u64(f->tail_cache, tail);
+        cchan_store_release_dev_u64(f->tail_cache, tail);
     }
     cchan_trigger_t *slot = &f->slots[idx & (f->size - 1)];
     cchan_store_relaxed_sys_u64(&slot->word1, t.word1);

@@ -120,6 +120,31 @@ CCHAN_DEVICE_INLINE int cchan_memory_channel_read_packets_ll16(const cchan_memor
                            ch->local + local_off, bytes, flag, tid, nthreads, &ch->sem.ctl);
 }
 
+/* One packet from registers to remote[remote_off] (LL8: 4 bytes of data; LL16: 8 bytes), and the
+ * matching read of recv[recv_off]. One thread each. */
+CCHAN_DEVICE_INLINE void cchan_memory_channel_write_packet_ll8(const cchan_memory_channel_t *ch,
+                                                               uint64_t remote_off, uint32_t data,
+                                                               uint32_t flag) {
+    cchan_ll8_write((cchan_vec8_t *)(void *)(ch->remote + remote_off), data, flag);
+}
+CCHAN_DEVICE_INLINE int cchan_memory_channel_read_packet_ll8(const cchan_memory_channel_t *ch,
+                                                             uint64_t recv_off, uint32_t flag,
+                                                             uint32_t *data) {
+    return cchan_ll8_read_one((const cchan_vec8_t *)(const void *)(ch->recv + recv_off), flag,
+                              &ch->sem.ctl, data);
+}
+CCHAN_DEVICE_INLINE void cchan_memory_channel_write_packet_ll16(const cchan_memory_channel_t *ch,
+                                                                uint64_t remote_off, uint64_t data,
+                                                                uint32_t flag) {
+    cchan_ll16_write((cchan_vec16_t *)(void *)(ch->remote + remote_off), data, flag);
+}
+CCHAN_DEVICE_INLINE int cchan_memory_channel_read_packet_ll16(const cchan_memory_channel_t *ch,
+                                                              uint64_t recv_off, uint32_t flag,
+                                                              uint64_t *data) {
+    return cchan_ll16_read_one((const cchan_vec16_t *)(const void *)(ch->recv + recv_off), flag,
+                               &ch->sem.ctl, data);
+}
+
 /* reduce_put: remote[remote_off + i] = sum_k srcs[k][i] for i < count elements, summed in f32 in
  * registers and written once to the peer. srcs are any pointers this thread can read (local buffers,
  * or peer buffers mapped here: reading several peers at once). 1 <= nsrc <= CCHAN_REDUCE_MAX_SRCS. */

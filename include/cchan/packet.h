@@ -49,6 +49,60 @@ CCHAN_DEVICE_INLINE void cchan_ll_store_word(uint8_t *dst, uint32_t w, uint32_t 
     for (uint32_t b = 0; b < n && b < 4; b++) dst[b] = (uint8_t)(w >> (8 * b));
 }
 
+/* ---- single packets from registers ----
+ * For data that already sits in registers (a fused kernel's result, a flag with a payload): one
+ * packet, no trip through memory on either side. LL8 carries 4 bytes, LL16 8 bytes. */
+
+CCHAN_DEVICE_INLINE void cchan_ll8_write(cchan_vec8_t *pkt, uint32_t data, uint32_t flag) {
+    cchan_vec8_t p;
+    p.w[0] = data;
+    p.w[1] = flag;
+    cchan_store_volatile_v8(pkt, p);
+}
+
+/* Waits for the packet to carry `flag`; *data receives its payload. 0 or CCHAN_ERR_DEVICE_TIMEOUT. */
+CCHAN_DEVICE_INLINE int cchan_ll8_read_one(const cchan_vec8_t *pkt, uint32_t flag,
+                                           const cchan_wait_ctl_t *ctl, uint32_t *data) {
+    cchan_vec8_t p = cchan_load_volatile_v8(pkt);
+    if (CCHAN_UNLIKELY(p.w[1] != flag)) {
+        cchan_deadline_t dl;
+        cchan_deadline_init(&dl);
+        do {
+            if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, ctl)))
+                return cchan_wait_expired(&dl, ctl, CCHAN_WAIT_PACKET, flag, p.w[1]);
+            p = cchan_load_volatile_v8(pkt);
+        } while (p.w[1] != flag);
+    }
+    *data = p.w[0];
+    return CCHAN_OK;
+}
+
+CCHAN_DEVICE_INLINE void cchan_ll16_write(cchan_vec16_t *pkt, uint64_t data, uint32_t flag) {
+    cchan_vec16_t p;
+    p.w[0] = (uint32_t)data;
+    p.w[1] = flag;
+    p.w[2] = (uint32_t)(data >> 32);
+    p.w[3] = flag;
+    cchan_store_volatile_v16(pkt, p);
+}
+
+CCHAN_DEVICE_INLINE int cchan_ll16_read_one(const cchan_vec16_t *pkt, uint32_t flag,
+                                            const cchan_wait_ctl_t *ctl, uint64_t *data) {
+    cchan_vec16_t p = cchan_load_volatile_v16(pkt);
+    if (CCHAN_UNLIKELY(p.w[1] != flag || p.w[3] != flag)) {
+        cchan_deadline_t dl;
+        cchan_deadline_init(&dl);
+        do {
+            if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, ctl)))
+                return cchan_wait_expired(&dl, ctl, CCHAN_WAIT_PACKET, flag,
+                                          p.w[1] != flag ? p.w[1] : p.w[3]);
+            p = cchan_load_volatile_v16(pkt);
+        } while (p.w[1] != flag || p.w[3] != flag);
+    }
+    *data = (uint64_t)p.w[0] | ((uint64_t)p.w[2] << 32);
+    return CCHAN_OK;
+}
+
 /* ---- LL8 ---- */
 
 /* Writes `bytes` of payload from src as LL8 packets to pkts (often a peer's buffer). */

@@ -9,6 +9,11 @@
  *                                 source must not be overwritten until a flush() returns. Any size:
  *                                 puts larger than 2 GiB are split into several triggers.
  *                                 Offsets must be below 1 TiB (CCHAN_ERR_RANGE otherwise).
+ *                                 Puts of at most direct_max bytes (set by the host; default 256,
+ *                                 CCHAN_PORT_DIRECT_MAX) to a peer mapped here are stored by the
+ *                                 calling thread and complete on return. Puts of one channel are not
+ *                                 ordered with one another: overlapping destinations need a flush
+ *                                 in between.
  *   signal()                      raises the peer's semaphore once every earlier put of this
  *                                 channel has landed; the peer's wait() then sees their data.
  *   wait() / poll()               on the receiving side: consume one signal (acquire). No trigger.
@@ -23,6 +28,7 @@
 #ifndef CCHAN_PORT_CHANNEL_H
 #define CCHAN_PORT_CHANNEL_H
 
+#include "cchan/copy.h"
 #include "cchan/fifo.h"
 
 CCHAN_EXTERN_C_BEGIN
@@ -30,12 +36,16 @@ CCHAN_EXTERN_C_BEGIN
 typedef struct cchan_port_channel {
     cchan_fifo_t fifo;          /* the proxy's FIFO (shared with the proxy's other channels) */
     uint32_t id;                /* channel id within the proxy */
-    uint32_t reserved;
+    uint32_t direct_max;        /* puts of at most this many bytes skip the proxy (0: never) */
     uint64_t *inbound;          /* receive side: counter the peer's proxy raises (host-mapped) */
     uint64_t *expected;         /* device memory: value the last wait reached */
     uint64_t *flush_issued;     /* device memory: flushes requested on this channel */
     const uint64_t *flush_done; /* host-mapped: flushes the proxy has completed */
     cchan_wait_ctl_t ctl;       /* deadline for wait and flush (peer, id) */
+    uint8_t *direct_dst;        /* the peer's buffer mapped here, for direct puts (or NULL) */
+    const uint8_t *direct_src;  /* this rank's source buffer */
+    uint64_t dst_bytes;
+    uint64_t src_bytes;
 } cchan_port_channel_t;
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_push(const cchan_port_channel_t *ch, uint32_t type,
@@ -45,10 +55,25 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_push(const cchan_port_channel_t *ch, 
     return r < 0 ? (int)r : CCHAN_OK;
 }
 
+/* A put small enough that starting a DMA engine costs more than moving the bytes: the calling
+ * thread stores them into the peer's mapping itself (NVLink or shared memory). The release store
+ * that publishes the next trigger orders these stores before a later signal. */
+CCHAN_DEVICE_INLINE int cchan_port_channel_direct_ok(const cchan_port_channel_t *ch,
+                                                     uint64_t dst_off, uint64_t src_off,
+                                                     uint64_t bytes) {
+    return bytes != 0 && bytes <= ch->direct_max && ch->direct_dst != NULL &&
+           dst_off <= ch->dst_bytes && bytes <= ch->dst_bytes - dst_off && src_off <= ch->src_bytes &&
+           bytes <= ch->src_bytes - src_off;
+}
+
 /* Splits a put into chunks; `last_type` (extra flags) rides on the final chunk. */
 CCHAN_DEVICE_INLINE int cchan_port_channel_put_typed(const cchan_port_channel_t *ch,
                                                      uint64_t dst_off, uint64_t src_off,
                                                      uint64_t bytes, uint32_t last_type) {
+    if (cchan_port_channel_direct_ok(ch, dst_off, src_off, bytes)) {
+        cchan_copy(ch->direct_dst + dst_off, ch->direct_src + src_off, bytes, 0, 1);
+        return last_type ? cchan_port_channel_push(ch, last_type, 0, 0, 0) : CCHAN_OK;
+    }
     if (CCHAN_UNLIKELY(dst_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 ||
                        src_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 || dst_off + bytes < dst_off ||
                        src_off + bytes < src_off)) {

@@ -1,17 +1,22 @@
 /* cchan semaphores: one-writer, monotone 64-bit counters between two ranks.
  *
  * A semaphore connects a sender and a receiver. The receiver owns `inbound`, a counter in memory the
- * sender can write (peer GPU memory, or host-pinned memory for proxied channels). The sender keeps
- * `outbound`, the number of signals it has sent, in its own device memory; the receiver keeps
+ * sender can write (peer GPU memory, or host-pinned memory for proxied channels); the receiver keeps
  * `expected`, the value its next wait needs, in its own device memory. Counters never reset, so a
  * semaphore stays correct across kernel launches and CUDA-graph replays.
+ *
+ * How signal raises the peer's counter depends on the link, chosen by the host at creation:
+ *   - outbound == NULL (peers with native atomics: NVLink, the host backend): a posted remote add.
+ *     Nothing is read on the signalling path, so a signal costs what a raw flag store costs.
+ *   - outbound != NULL (PCIe peers without peer atomics): the sender counts its signals in its own
+ *     device memory and stores the new count into the peer's counter (one writer per counter).
  *
  * Ordering: signal() is a release at system scope (every write the signalling thread made, or
  * observed through a barrier, before the signal is visible to the receiver when its wait returns);
  * wait() and a successful poll() are acquires at system scope. relaxed_signal() orders nothing: use it
  * when data travels with its own flags (LL packets) or ordering is established otherwise.
  *
- * Threads: one thread per side calls these for a given semaphore at a time (one writer per counter).
+ * Threads: one thread per side calls these for a given semaphore at a time.
  */
 #ifndef CCHAN_SEMAPHORE_H
 #define CCHAN_SEMAPHORE_H
@@ -24,22 +29,31 @@ typedef struct cchan_semaphore {
     uint64_t *inbound;        /* this side's counter; raised by the peer */
     uint64_t *expected;       /* this side's device memory: the value the last wait reached */
     uint64_t *remote_inbound; /* the peer's inbound counter, mapped here; NULL on proxied channels */
-    uint64_t *outbound;       /* this side's device memory: signals sent so far */
+    uint64_t *outbound;       /* NULL: signal with a remote add; else this side's device memory
+                                 counting signals sent, stored into remote_inbound */
     cchan_wait_ctl_t ctl;
 } cchan_semaphore_t;
 
 /* Raises the peer's counter by one, after every earlier write of this thread (release, system). */
 CCHAN_DEVICE_INLINE void cchan_semaphore_signal(const cchan_semaphore_t *s) {
+    if (s->outbound == NULL) {
+        cchan_red_add_release_sys_u64(s->remote_inbound, 1);
+        return;
+    }
     uint64_t out = *s->outbound + 1;
-    *s->outbound = out;
     cchan_store_release_sys_u64(s->remote_inbound, out);
+    *s->outbound = out; /* after the remote store: off the signalling path */
 }
 
 /* Raises the peer's counter by one with no ordering of earlier writes. */
 CCHAN_DEVICE_INLINE void cchan_semaphore_relaxed_signal(const cchan_semaphore_t *s) {
+    if (s->outbound == NULL) {
+        cchan_red_add_relaxed_sys_u64(s->remote_inbound, 1);
+        return;
+    }
     uint64_t out = *s->outbound + 1;
-    *s->outbound = out;
     cchan_store_relaxed_sys_u64(s->remote_inbound, out);
+    *s->outbound = out;
 }
 
 /* Waits for the next signal (acquire, system). Returns 0, or CCHAN_ERR_DEVICE_TIMEOUT on the host

@@ -32,14 +32,18 @@ enum cchan_wait_kind {
                                  the offending end offset) */
 };
 
-/* Written by the device when a deadline expires. The first writer wins (state goes 0 -> 1). */
+#define CCHAN_DIAG_EMPTY 0u
+#define CCHAN_DIAG_COMPLETE 1u
+
+/* Written by the device when a deadline expires. The first writer wins: it claims the record
+ * (claim goes 0 -> 1), writes the fields, then publishes state = CCHAN_DIAG_COMPLETE (release). */
 typedef struct cchan_diag {
-    uint32_t state; /* 0: nothing recorded; 1: record complete */
+    uint32_t state; /* CCHAN_DIAG_EMPTY, or CCHAN_DIAG_COMPLETE once the record is whole */
     uint32_t kind;  /* enum cchan_wait_kind */
     int32_t rank;   /* rank of the waiting side */
     int32_t peer;   /* the peer rank the wait depended on, -1 if none */
     uint32_t id;    /* channel or semaphore index as the host numbered it */
-    uint32_t reserved;
+    uint32_t claim; /* number of failing threads that tried to write the record; the first writes */
     uint64_t expected; /* value awaited */
     uint64_t observed; /* last value seen */
     uint64_t waited_ns;
@@ -85,9 +89,13 @@ CCHAN_DEVICE_INLINE int cchan_device_fail(const cchan_wait_ctl_t *ctl, uint32_t 
                                           uint64_t expected, uint64_t observed, uint64_t waited_ns,
                                           int status) {
     cchan_diag_t *g = ctl->diag;
-    if (g != NULL && cchan_load_relaxed_sys_u32(&g->state) == 0) {
-        /* The fields are written before state (release), so a reader that sees state == 1 sees a
-         * whole record. Two racing writers may both write; either record is a true one. */
+    /* Threads that time out together (a whole block, or every thread of a host-backend group) race
+     * here: only the one that claims the record writes it, so it is never a mix of two failures.
+     * The fields are written before state (release), so a reader that sees CCHAN_DIAG_COMPLETE
+     * (acquire) sees a whole record. All writers of one record run on one device (or one host
+     * process), so a device-scope claim suffices. */
+    if (g != NULL && cchan_load_relaxed_sys_u32(&g->state) == CCHAN_DIAG_EMPTY &&
+        cchan_fetch_add_acq_rel_dev_u32(&g->claim, 1) == 0) {
         g->kind = kind;
         g->rank = ctl->rank;
         g->peer = ctl->peer;
@@ -95,7 +103,7 @@ CCHAN_DEVICE_INLINE int cchan_device_fail(const cchan_wait_ctl_t *ctl, uint32_t 
         g->expected = expected;
         g->observed = observed;
         g->waited_ns = waited_ns;
-        cchan_store_release_sys_u32(&g->state, 1);
+        cchan_store_release_sys_u32(&g->state, CCHAN_DIAG_COMPLETE);
     }
     cchan_trap();
     return status;

@@ -13,6 +13,9 @@ typedef struct cchani_peer_info {
     uint32_t version;  /* CCHAN_VERSION_CODE */
     uint64_t host_hash;
     char hostname[64];
+    int32_t status;    /* 0, or why this rank failed to set up (then every rank fails) */
+    uint32_t reserved;
+    uint64_t session;  /* rank 0's value names the communicator (fd-passing socket names) */
 } cchani_peer_info_t;
 
 struct cchan_comm {
@@ -27,7 +30,15 @@ struct cchan_comm {
     cchan_diag_t *diag_dev;  /* same record, device view */
     cchani_peer_info_t *peers; /* nranks entries */
     uint32_t next_object_id;   /* numbering for wait diagnostics */
+    uint64_t session;          /* random, equal on every rank (rank 0's) */
+    uint32_t exchange_seq;     /* collective cchan_mem_exchange calls so far (equal on every rank) */
+    uint32_t live_objects;     /* registrations, semaphore sets, barriers not yet destroyed */
 };
+
+/* Objects that point at the comm count themselves here; cchan_comm_destroy refuses (-EBUSY) while
+ * any is alive instead of leaving them dangling. */
+CCHANI_HIDDEN void cchani_comm_hold(cchan_comm_t *comm);
+CCHANI_HIDDEN void cchani_comm_release(cchan_comm_t *comm);
 
 /* ---- memory helpers (gpu.c). On the host platform "device memory" is ordinary process memory and
  * host and device views are the same pointer. All allocations are zero-filled. */
@@ -44,5 +55,34 @@ CCHANI_HIDDEN int cchani_memcpy(cchan_comm_t *comm, void *dst, const void *src, 
 CCHANI_HIDDEN int cchani_set_device(cchan_comm_t *comm);
 /* Next id for wait diagnostics (channels, semaphores). */
 CCHANI_HIDDEN uint32_t cchani_comm_next_id(cchan_comm_t *comm);
+/* Collective: all-gathers `status` so that every rank learns whether every rank succeeded at `what`.
+ * Returns 0 if all did; else this rank's own status (its last error intact), or an error naming the
+ * first rank that failed. Call it after local steps that may fail and before a collective step, so
+ * a rank that failed never leaves its peers waiting. */
+CCHANI_HIDDEN int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what);
+/* 64 random bits (getrandom), for session ids and allocation keys. */
+CCHANI_HIDDEN uint64_t cchani_random_u64(void);
+/* First of n consecutive ids (a semaphore set numbers its semaphores with them). */
+CCHANI_HIDDEN uint32_t cchani_comm_reserve_ids(cchan_comm_t *comm, uint32_t n);
+
+/* Makes the comm's GPU current for one API call and restores the caller's device afterwards, so
+ * cchan calls do not change the application's current device (no-op on the host platform). */
+typedef struct cchani_device_scope {
+    int saved; /* the caller's device, -1 when nothing is to be restored */
+} cchani_device_scope_t;
+CCHANI_HIDDEN int cchani_device_enter(cchan_comm_t *comm, cchani_device_scope_t *scope);
+CCHANI_HIDDEN void cchani_device_leave(cchani_device_scope_t *scope);
+
+/* ---- semaphore sets (sem.c) */
+CCHANI_HIDDEN cchan_comm_t *cchani_sem_set_comm(const cchan_sem_set_t *set);
+
+/* ---- memory registrations (mem.c) */
+
+/* Host view of a registration (host platform, host-mapped memory), or NULL for device memory. */
+CCHANI_HIDDEN void *cchani_mem_host_ptr(const cchan_mem_t *mem);
+/* The communicator a registration or import belongs to. */
+CCHANI_HIDDEN cchan_comm_t *cchani_mem_comm(const cchan_mem_t *mem);
+/* Nonzero for memory registered or allocated by this rank (not an import of a peer's memory). */
+CCHANI_HIDDEN int cchani_mem_is_local(const cchan_mem_t *mem);
 
 #endif /* CCHAN_SRC_HOST_RUNTIME_H */

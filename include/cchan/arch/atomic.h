@@ -55,6 +55,13 @@ CCHAN_DEFINE_ADD(cchan_fetch_add_acq_rel_dev_u32, "atom.add.acq_rel.gpu.u32", ui
 #undef CCHAN_DEFINE_ST
 #undef CCHAN_DEFINE_ADD
 
+/* Posted (no return value) atomic adds: the issuing thread does not wait for them to complete. */
+CCHAN_DEVICE_INLINE void cchan_red_add_release_sys_u64(uint64_t *p, uint64_t v) {
+    asm volatile("red.release.sys.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+CCHAN_DEVICE_INLINE void cchan_red_add_relaxed_sys_u64(uint64_t *p, uint64_t v) {
+    asm volatile("red.relaxed.sys.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 CCHAN_DEVICE_INLINE void cchan_fence_acq_rel_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 CCHAN_DEVICE_INLINE void cchan_fence_acq_rel_dev(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 CCHAN_DEVICE_INLINE void cchan_fence_sc_sys(void) { asm volatile("fence.sc.sys;" ::: "memory"); }
@@ -142,6 +149,12 @@ CCHAN_DEVICE_INLINE uint64_t cchan_fetch_add_relaxed_dev_u64(uint64_t *p, uint64
 CCHAN_DEVICE_INLINE uint32_t cchan_fetch_add_acq_rel_dev_u32(uint32_t *p, uint32_t v) {
     return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, CCHAN_HIP_DEV);
 }
+CCHAN_DEVICE_INLINE void cchan_red_add_release_sys_u64(uint64_t *p, uint64_t v) {
+    (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, CCHAN_HIP_SYS);
+}
+CCHAN_DEVICE_INLINE void cchan_red_add_relaxed_sys_u64(uint64_t *p, uint64_t v) {
+    (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, CCHAN_HIP_SYS);
+}
 CCHAN_DEVICE_INLINE void cchan_fence_acq_rel_sys(void) { __threadfence_system(); }
 CCHAN_DEVICE_INLINE void cchan_fence_acq_rel_dev(void) { __threadfence(); }
 CCHAN_DEVICE_INLINE void cchan_fence_sc_sys(void) { __threadfence_system(); }
@@ -204,6 +217,12 @@ CCHAN_HOST_ADD(cchan_fetch_add_acq_rel_dev_u32, uint32_t, __ATOMIC_ACQ_REL)
 #undef CCHAN_HOST_ST
 #undef CCHAN_HOST_ADD
 
+CCHAN_DEVICE_INLINE void cchan_red_add_release_sys_u64(uint64_t *p, uint64_t v) {
+    (void)__atomic_fetch_add(p, v, __ATOMIC_RELEASE);
+}
+CCHAN_DEVICE_INLINE void cchan_red_add_relaxed_sys_u64(uint64_t *p, uint64_t v) {
+    (void)__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
 CCHAN_DEVICE_INLINE void cchan_fence_acq_rel_sys(void) { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
 CCHAN_DEVICE_INLINE void cchan_fence_acq_rel_dev(void) { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
 CCHAN_DEVICE_INLINE void cchan_fence_sc_sys(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

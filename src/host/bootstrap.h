@@ -1,0 +1,156 @@
+/* cchan bootstrap: internals shared by the bootstrap's modules and its tests (not installed).
+ *
+ *   bootstrap.c         the protocol: init, allgather/barrier, send/recv, the public API
+ *   bootstrap_net.c     the message layer: connections, progress, per-peer queues, admission
+ *   bootstrap_wire.[ch] the wire format;  bootstrap_socket.[ch] TCP helpers
+ *   bootstrap_env.c     rank, size and root address from launcher environments
+ */
+#ifndef CCHAN_SRC_HOST_BOOTSTRAP_H
+#define CCHAN_SRC_HOST_BOOTSTRAP_H
+
+#include <poll.h>
+#include <stdint.h>
+
+#include "bootstrap_wire.h"
+
+#define CCHANI_BOOT_DEFAULT_TIMEOUT_MS 30000u
+#define CCHANI_BOOT_HOST_BYTES 256u
+#define CCHANI_BOOT_MAX_PENDING                                                                    \
+    64 /* connections that have not introduced themselves, held at once */
+
+/* ---------------------------------------------------------------- environment (bootstrap_env.c) */
+
+/* What a launcher's environment says about this process. */
+typedef struct cchani_boot_env {
+    const char *launcher; /* "cchan-run", "torchrun", "Open MPI", "MPICH/PMI" or "Slurm" */
+    int rank;
+    int nranks;
+    int local_rank; /* -1 when the launcher does not say (derived by hostname later) */
+    int local_size;
+    char root_host[CCHANI_BOOT_HOST_BYTES]; /* numeric address or host name */
+    uint16_t root_port;
+    uint64_t session; /* the same on every rank of the job: hashed from shared variables */
+} cchani_boot_env_t;
+
+/* Reads rank, size, local rank/size and the root address from the first launcher whose variables
+ * are present (order: cchan-run, torchrun, Open MPI, MPICH/PMI, Slurm). -EINVAL naming the missing
+ * or malformed variable otherwise. */
+CCHANI_HIDDEN int cchani_boot_env_parse(cchani_boot_env_t *out);
+
+/* The wire version this process speaks: CCHANI_BOOT_WIRE_VERSION, unless the test-only
+ * CCHAN_TEST_WIRE_VERSION overrides it (to provoke a version mismatch). */
+CCHANI_HIDDEN int cchani_boot_wire_version(uint16_t *out);
+
+/* ---------------------------------------------------------------- state */
+
+/* A received message, queued on its sender until a receive takes it. */
+typedef struct cchani_boot_msg {
+    struct cchani_boot_msg *next;
+    uint16_t type;
+    int32_t tag;
+    int32_t src;
+    uint64_t len;
+    uint8_t data[];
+} cchani_boot_msg_t;
+
+/* An inbound connection and its receive state. */
+typedef struct cchani_boot_conn {
+    int fd;
+    uint64_t accepted_ns;
+    int peer; /* -1 until its HELLO names the sender */
+    int dead; /* no longer read: the peer closed it or broke the protocol */
+    size_t hdr_got;
+    uint8_t hdr_buf[CCHANI_BOOT_HDR_BYTES];
+    cchani_boot_hdr_t hdr;
+    cchani_boot_msg_t *body; /* the message being received once its header was accepted */
+    uint64_t body_got;
+} cchani_boot_conn_t;
+
+typedef struct cchani_boot_peer {
+    cchani_boot_peer_record_t rec;
+    /* Where we send to this peer: for pairs with the root, the init connection (shared with in);
+     * for other pairs, a connection we opened on our first send. */
+    int send_fd;
+    cchani_boot_conn_t *in;         /* where this peer's messages arrive */
+    cchani_boot_msg_t *head, *tail; /* arrived, not yet consumed */
+    int lost;                       /* status once `in` failed; queued messages stay consumable */
+    char *lost_why;
+} cchani_boot_peer_t;
+
+struct cchan_bootstrap {
+    int rank;
+    int nranks;
+    int local_rank;
+    int local_size;
+    cchan_allgather_fn custom_fn; /* set: the application's allgather, and nothing below is used */
+    void *custom_ctx;
+    uint64_t timeout_ns;
+    uint64_t timeout_ms;
+    cchani_boot_expect_t expect;
+    int listen_fd;
+    cchani_boot_peer_t *peers;
+    cchani_boot_conn_t *
+        *conns; /* inbound connections, identified and pending; capacity conns_cap */
+    int nconns;
+    int conns_cap;
+    int npending;
+    struct pollfd *pollfds; /* cchani_boot_progress() scratch: listener, conns, one outbound fd */
+    cchani_boot_conn_t **polled;
+    uint8_t *arrived; /* root: which contributions of the current allgather are in */
+    uint32_t coll_seq;
+    int failed; /* sticky: this bootstrap is broken, every later call fails with it */
+    char failed_why[CCHANI_BOOT_MAX_ERROR_TEXT];
+    /* Root during init: who joined, the first fatal problem seen (version or size mismatch,
+     * duplicate rank), and the connections turned away, so that a timeout names the likely cause.
+     */
+    int init_done;
+    int joined;
+    int version_rejects;
+    int init_status;
+    char init_why[CCHANI_BOOT_MAX_ERROR_TEXT];
+    unsigned rejected;
+    char rejected_why[256];
+};
+
+static inline uint64_t cchani_boot_deadline(const cchan_bootstrap_t *bs) {
+    return cchani_now_ns() + bs->timeout_ns;
+}
+
+/* ---------------------------------------------------------------- message layer (bootstrap_net.c)
+ * Functions that fail record the last error; statuses are cchan's. */
+
+/* Waits until the listener or an inbound connection has input (and handles it: messages are
+ * queued on their sender, HELLOs admit connections, ERRORs fail the bootstrap), out_fd (if >= 0)
+ * is writable, or deadline_ns passes: CCHAN_ERR_TIMEOUT without a message, which callers word. */
+CCHANI_HIDDEN int cchani_boot_progress(cchan_bootstrap_t *bs, int out_fd, uint64_t deadline_ns);
+/* Waits for a message of type/tag from peer; `what` names it in errors. Messages queued before a
+ * failure report are still delivered. */
+CCHANI_HIDDEN int cchani_boot_wait_msg(cchan_bootstrap_t *bs, int peer, uint16_t type, int32_t tag,
+                                       uint64_t deadline_ns, const char *what,
+                                       cchani_boot_msg_t **out);
+/* Writes one message to fd (peer names it in errors), serving inbound traffic while the socket is
+ * full so that two ranks sending large messages to each other cannot deadlock. */
+CCHANI_HIDDEN int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type,
+                                        int32_t tag, const void *payload, uint64_t len,
+                                        uint64_t deadline_ns);
+CCHANI_HIDDEN int cchani_boot_send_hello(cchan_bootstrap_t *bs, int peer, int fd,
+                                         uint64_t deadline_ns);
+/* The connection to send to peer; opened and introduced on first use between non-root ranks. */
+CCHANI_HIDDEN int cchani_boot_send_fd(cchan_bootstrap_t *bs, int peer, uint64_t deadline_ns,
+                                      int *fd);
+/* Registers an accepted (peer -1) or established connection; takes ownership of fd and c. */
+CCHANI_HIDDEN void cchani_boot_conn_add(cchan_bootstrap_t *bs, int fd, int peer,
+                                        cchani_boot_conn_t *c);
+CCHANI_HIDDEN void cchani_boot_queue_push(cchani_boot_peer_t *p, cchani_boot_msg_t *m);
+CCHANI_HIDDEN cchani_boot_msg_t *cchani_boot_queue_take(cchani_boot_peer_t *p, uint16_t type,
+                                                        int32_t tag);
+
+/* The thread's last error without the "bootstrap: " prefix and the " (<status text>)" suffix that
+ * cchani_error() adds, so that it can be nested in another message without repeating them. */
+CCHANI_HIDDEN void cchani_boot_error_core(int status, char *out, size_t n);
+/* Makes the last error (with `status`) this bootstrap's lasting failure; the first one wins. */
+CCHANI_HIDDEN void cchani_boot_fail_with_last_error(cchan_bootstrap_t *bs, int status);
+/* Records the lasting failure as the last error and returns its status. */
+CCHANI_HIDDEN int cchani_boot_failed_error(const cchan_bootstrap_t *bs);
+
+#endif /* CCHAN_SRC_HOST_BOOTSTRAP_H */

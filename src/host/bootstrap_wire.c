@@ -1,0 +1,249 @@
+/* cchan bootstrap wire format: encoding and validation (see bootstrap_wire.h). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bootstrap_wire.h"
+
+#define ID_MAGIC 0x44494343u /* "CCID" */
+#define ID_ROOT_OFFSET 16u   /* magic (4), version (2), reserved (2), session key (8) */
+
+CCHAN_STATIC_ASSERT(ID_ROOT_OFFSET + CCHANI_BOOT_ADDR_WIRE_BYTES <= sizeof(cchan_unique_id_t),
+                    "the unique id holds the root address");
+CCHAN_STATIC_ASSERT(CCHANI_BOOT_RECORD_BYTES == 84 && CCHANI_BOOT_HELLO_BYTES == 88,
+                    "peer record layout is part of the wire version");
+
+static void put_le16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+void cchani_put_le32(uint8_t *p, uint32_t v) {
+    put_le16(p, (uint16_t)v);
+    put_le16(p + 2, (uint16_t)(v >> 16));
+}
+
+uint32_t cchani_get_le32(const uint8_t *p) {
+    return (uint32_t)get_le16(p) | ((uint32_t)get_le16(p + 2) << 16);
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    cchani_put_le32(p, (uint32_t)v);
+    cchani_put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get_le64(const uint8_t *p) {
+    return (uint64_t)cchani_get_le32(p) | ((uint64_t)cchani_get_le32(p + 4) << 32);
+}
+
+/* ---------------------------------------------------------------- header */
+
+void cchani_boot_hdr_encode(const cchani_boot_hdr_t *hdr, uint8_t out[CCHANI_BOOT_HDR_BYTES]) {
+    cchani_put_le32(out + 0, hdr->magic);
+    put_le16(out + 4, hdr->version);
+    put_le16(out + 6, hdr->type);
+    cchani_put_le32(out + 8, (uint32_t)hdr->tag);
+    cchani_put_le32(out + 12, (uint32_t)hdr->src);
+    put_le64(out + 16, hdr->session);
+    put_le64(out + 24, hdr->len);
+}
+
+static const char *type_name(uint16_t type) {
+    switch (type) {
+    case CCHANI_BOOT_HELLO: return "HELLO";
+    case CCHANI_BOOT_TABLE: return "TABLE";
+    case CCHANI_BOOT_P2P: return "P2P";
+    case CCHANI_BOOT_COLL: return "COLL";
+    case CCHANI_BOOT_ERROR: return "ERROR";
+    default: return NULL;
+    }
+}
+
+/* Largest payload a valid message of this type may announce; 0 for an unknown type. */
+static uint64_t max_payload(uint16_t type, const cchani_boot_expect_t *ex) {
+    switch (type) {
+    case CCHANI_BOOT_HELLO: return CCHANI_BOOT_HELLO_BYTES;
+    case CCHANI_BOOT_TABLE: return (uint64_t)ex->nranks * CCHANI_BOOT_RECORD_BYTES;
+    case CCHANI_BOOT_P2P: return CCHANI_BOOT_MAX_PAYLOAD;
+    case CCHANI_BOOT_COLL:
+        return ex->coll_len != UINT64_MAX ? ex->coll_len : CCHANI_BOOT_MAX_PAYLOAD;
+    case CCHANI_BOOT_ERROR: return 4 + CCHANI_BOOT_MAX_ERROR_TEXT;
+    default: return 0;
+    }
+}
+
+/* Types whose payload length is fixed: anything else is malformed, not merely oversized. */
+static int exact_length(uint16_t type, const cchani_boot_expect_t *ex) {
+    return type == CCHANI_BOOT_HELLO || type == CCHANI_BOOT_TABLE ||
+           (type == CCHANI_BOOT_COLL && ex->coll_len != UINT64_MAX);
+}
+
+static int check_payload_len(const cchani_boot_hdr_t *h, const cchani_boot_expect_t *ex) {
+    uint64_t cap = max_payload(h->type, ex);
+    if (exact_length(h->type, ex) && h->len != cap)
+        return cchani_error(
+            CCHAN_ERR_PROTOCOL, "bootstrap",
+            "%s message from rank %d announces %llu payload bytes, expected exactly %llu",
+            type_name(h->type), h->src, (unsigned long long)h->len, (unsigned long long)cap);
+    if (h->len > cap)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "oversized %s message from rank %d: %llu payload bytes, limit %llu",
+                            type_name(h->type), h->src, (unsigned long long)h->len,
+                            (unsigned long long)cap);
+    if (h->type == CCHANI_BOOT_ERROR && h->len < 4)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "ERROR message from rank %d too short (%llu bytes)", h->src,
+                            (unsigned long long)h->len);
+    return 0;
+}
+
+int cchani_boot_hdr_decode(const uint8_t *buf, size_t len, const cchani_boot_expect_t *ex,
+                           cchani_boot_hdr_t *out) {
+    if (len < CCHANI_BOOT_HDR_BYTES)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "truncated header: %zu of %u bytes",
+                            len, CCHANI_BOOT_HDR_BYTES);
+    cchani_boot_hdr_t h = {
+        .magic = cchani_get_le32(buf + 0),
+        .version = get_le16(buf + 4),
+        .type = get_le16(buf + 6),
+        .tag = (int32_t)cchani_get_le32(buf + 8),
+        .src = (int32_t)cchani_get_le32(buf + 12),
+        .session = get_le64(buf + 16),
+        .len = get_le64(buf + 24),
+    };
+    if (h.magic != CCHANI_BOOT_MAGIC)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "foreign message: magic 0x%08x is not cchan's 0x%08x", h.magic,
+                            CCHANI_BOOT_MAGIC);
+    if (h.session != ex->session)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "session key mismatch: message from another bootstrap session "
+                            "(a stale process or a different unique id)");
+    if (h.version != ex->version)
+        return cchani_error(
+            CCHAN_ERR_VERSION, "bootstrap",
+            "version mismatch: rank %d speaks bootstrap wire version %u, expected %u "
+            "(mixed cchan installations?)",
+            h.src, h.version, ex->version);
+    if (!type_name(h.type))
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "unknown message type %u", h.type);
+    if (h.src < 0 || h.src >= ex->nranks)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "%s message claims source rank %d, outside 0..%d", type_name(h.type),
+                            h.src, ex->nranks - 1);
+    int rc = check_payload_len(&h, ex);
+    if (rc) return rc;
+    *out = h;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- addresses */
+
+void cchani_boot_addr_encode(const cchani_boot_addr_t *addr, uint8_t *out) {
+    memset(out, 0, CCHANI_BOOT_ADDR_WIRE_BYTES);
+    put_le16(out, (uint16_t)addr->sa.ss_family);
+    if (addr->sa.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&addr->sa;
+        put_le16(out + 2, ntohs(in->sin_port));
+        memcpy(out + 4, &in->sin_addr, 4);
+    } else if (addr->sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&addr->sa;
+        put_le16(out + 2, ntohs(in6->sin6_port));
+        memcpy(out + 4, &in6->sin6_addr, 16);
+    }
+}
+
+int cchani_boot_addr_decode(const uint8_t *in, cchani_boot_addr_t *out) {
+    cchani_boot_addr_t a;
+    memset(&a, 0, sizeof a);
+    uint16_t family = get_le16(in);
+    uint16_t port = get_le16(in + 2);
+    if (family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&a.sa;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        memcpy(&sin->sin_addr, in + 4, 4);
+        a.len = sizeof *sin;
+    } else if (family == AF_INET6) {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&a.sa;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        memcpy(&sin6->sin6_addr, in + 4, 16);
+        a.len = sizeof *sin6;
+    } else {
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "address family %u is neither IPv4 nor IPv6", family);
+    }
+    if (port == 0) return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "address with port 0");
+    *out = a;
+    return 0;
+}
+
+const char *cchani_boot_addr_str(const cchani_boot_addr_t *addr,
+                                 char buf[CCHANI_BOOT_ADDR_STR_BYTES]) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (addr->sa.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&addr->sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(buf, CCHANI_BOOT_ADDR_STR_BYTES, "%s:%u", host, ntohs(in->sin_port));
+    } else if (addr->sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&addr->sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(buf, CCHANI_BOOT_ADDR_STR_BYTES, "[%s]:%u", host, ntohs(in6->sin6_port));
+    } else {
+        snprintf(buf, CCHANI_BOOT_ADDR_STR_BYTES, "(no address)");
+    }
+    return buf;
+}
+
+/* ---------------------------------------------------------------- unique id
+ * Layout: magic (4), wire version (2), reserved (2), session key (8), root address (20); the rest
+ * of the 128 bytes is zero. */
+
+void cchani_boot_id_encode(const cchani_boot_id_t *id, cchan_unique_id_t *out) {
+    memset(out, 0, sizeof *out);
+    cchani_put_le32(out->internal, ID_MAGIC);
+    put_le16(out->internal + 4, id->version);
+    put_le64(out->internal + 8, id->session);
+    cchani_boot_addr_encode(&id->root, out->internal + ID_ROOT_OFFSET);
+}
+
+int cchani_boot_id_decode(const cchan_unique_id_t *in, uint16_t version, cchani_boot_id_t *out) {
+    if (cchani_get_le32(in->internal) != ID_MAGIC)
+        return cchani_error(
+            CCHAN_ERR_PROTOCOL, "bootstrap",
+            "not a cchan unique id (bad magic; was it made by cchan_get_unique_id?)");
+    cchani_boot_id_t id;
+    id.version = get_le16(in->internal + 4);
+    if (id.version != version)
+        return cchani_error(CCHAN_ERR_VERSION, "bootstrap",
+                            "unique id has bootstrap wire version %u, this process speaks %u",
+                            id.version, version);
+    id.session = get_le64(in->internal + 8);
+    int rc = cchani_boot_addr_decode(in->internal + ID_ROOT_OFFSET, &id.root);
+    if (rc) return cchani_error_wrap(rc, "bootstrap", "unique id holds an invalid root address");
+    *out = id;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- peer records */
+
+void cchani_boot_record_encode(const cchani_boot_peer_record_t *rec, uint8_t *out) {
+    cchani_boot_addr_encode(&rec->listen, out);
+    memset(out + CCHANI_BOOT_ADDR_WIRE_BYTES, 0, CCHANI_BOOT_HOSTNAME_BYTES);
+    memcpy(out + CCHANI_BOOT_ADDR_WIRE_BYTES, rec->hostname,
+           strnlen(rec->hostname, CCHANI_BOOT_HOSTNAME_BYTES - 1));
+}
+
+int cchani_boot_record_decode(const uint8_t *in, cchani_boot_peer_record_t *out) {
+    cchani_boot_peer_record_t rec;
+    int rc = cchani_boot_addr_decode(in, &rec.listen);
+    if (rc) return rc;
+    memcpy(rec.hostname, in + CCHANI_BOOT_ADDR_WIRE_BYTES, CCHANI_BOOT_HOSTNAME_BYTES);
+    rec.hostname[CCHANI_BOOT_HOSTNAME_BYTES - 1] = '\0'; /* a peer's record is untrusted input */
+    *out = rec;
+    return 0;
+}

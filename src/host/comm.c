@@ -1,0 +1,367 @@
+/* cchan communicator: platform and device choice, the device-failure record, and what every rank
+ * knows about every other. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "gpu.h"
+#include "runtime.h"
+
+/* ---------------------------------------------------------------- identity */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Hostname plus boot id, so that two containers (or rebooted machines) that share a hostname do
+ * not look like one host to fd passing and shared memory. */
+static uint64_t host_hash(char hostname[64]) {
+    if (gethostname(hostname, 63) != 0) snprintf(hostname, 64, "unknown");
+    hostname[63] = '\0';
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, hostname, strlen(hostname));
+    char boot_id[64] = {0};
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, boot_id, sizeof boot_id - 1);
+        close(fd);
+        if (n > 0) h = fnv1a(h, boot_id, (size_t)n);
+    }
+    return h;
+}
+
+uint64_t cchani_random_u64(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = cchani_now_ns() ^ ((uint64_t)getpid() << 32);
+    return v;
+}
+
+/* ---------------------------------------------------------------- configuration */
+
+static int check_config(const cchan_comm_config_t *cfg) {
+    const char *where = "cchan_comm_create";
+    if (cfg->size < offsetof(cchan_comm_config_t, timeout_ms) + sizeof cfg->timeout_ms)
+        return cchani_error(-EINVAL, where,
+                            "config size %zu is too small (use CCHAN_COMM_CONFIG_INIT)", cfg->size);
+    if (cfg->magic != CCHAN_COMM_CONFIG_MAGIC)
+        return cchani_error(-EINVAL, where,
+                            "config magic 0x%08x is not 0x%08x (use CCHAN_COMM_CONFIG_INIT)",
+                            cfg->magic, CCHAN_COMM_CONFIG_MAGIC);
+    if (cfg->version == 0 || cfg->version > CCHAN_VERSION_CODE)
+        return cchani_error(CCHAN_ERR_VERSION, where, "config version %u; this library is %d",
+                            cfg->version, CCHAN_VERSION_CODE);
+    return 0;
+}
+
+static int resolve_platform(cchan_platform_t want, int ngpus, cchan_platform_t *out) {
+    const char *where = "cchan_comm_create";
+    switch (want) {
+    case CCHAN_PLATFORM_AUTO:
+        *out = ngpus > 0 ? CCHAN_PLATFORM_CUDA : CCHAN_PLATFORM_HOST;
+        return 0;
+    case CCHAN_PLATFORM_HOST: *out = CCHAN_PLATFORM_HOST; return 0;
+    case CCHAN_PLATFORM_CUDA:
+        if (ngpus > 0) {
+            *out = CCHAN_PLATFORM_CUDA;
+            return 0;
+        }
+#if defined(CCHAN_HAVE_CUDA)
+        return cchani_error(CCHAN_ERR_NO_DEVICE, where,
+                            "CCHAN_PLATFORM_CUDA requested but no CUDA device is usable");
+#else
+        return cchani_error(CCHAN_ERR_UNSUPPORTED, where,
+                            "CCHAN_PLATFORM_CUDA requested but cchan was built without CUDA");
+#endif
+    case CCHAN_PLATFORM_HIP:
+        return cchani_error(CCHAN_ERR_UNSUPPORTED, where,
+                            "the HIP platform is not built into this library");
+    }
+    return cchani_error(-EINVAL, where, "unknown platform %d", (int)want);
+}
+
+static const char *platform_name(uint32_t p) {
+    switch (p) {
+    case CCHAN_PLATFORM_HOST: return "host";
+    case CCHAN_PLATFORM_CUDA: return "cuda";
+    case CCHAN_PLATFORM_HIP: return "hip";
+    default: return "unknown";
+    }
+}
+
+/* ---------------------------------------------------------------- local setup */
+
+static int alloc_diag(cchan_comm_t *comm) {
+    void *host = NULL, *dev = NULL;
+    int r = cchani_host_mapped_alloc(comm, sizeof(cchan_diag_t), &host, &dev);
+    if (r) return cchani_error_wrap(r, "cchan_comm_create", "device-failure record");
+    comm->diag_host = (cchan_diag_t *)host;
+    comm->diag_dev = (cchan_diag_t *)dev;
+    return 0;
+}
+
+/* Everything a rank decides alone. Failures are reported to the other ranks in the all-gather that
+ * follows rather than returned early, so no rank is left waiting for one that gave up. */
+static int setup_local(cchan_comm_t *comm, const cchan_comm_config_t *cfg) {
+    int ngpus = 0;
+    int r = cchani_gpu_device_count(&ngpus);
+    if (!r) r = resolve_platform(cfg->platform, ngpus, &comm->platform);
+    if (r) return r;
+    if (comm->platform == CCHAN_PLATFORM_CUDA) {
+        if (cfg->device >= ngpus)
+            return cchani_error(CCHAN_ERR_NO_DEVICE, "cchan_comm_create",
+                                "device %d requested, %d visible", cfg->device, ngpus);
+        comm->device = cfg->device >= 0 ? cfg->device : comm->local_rank % ngpus;
+    }
+    comm->timeout_ms = cfg->timeout_ms;
+    if (cfg->timeout_ms == UINT64_MAX) {
+        r = cchani_env_u64("CCHAN_TIMEOUT_MS", 0, &comm->timeout_ms);
+        if (r) return r;
+    }
+    cchani_device_scope_t scope;
+    r = cchani_device_enter(comm, &scope);
+    if (!r) r = alloc_diag(comm);
+    cchani_device_leave(&scope);
+    return r;
+}
+
+static cchani_peer_info_t local_info(const cchan_comm_t *comm, int status) {
+    cchani_peer_info_t me;
+    memset(&me, 0, sizeof me);
+    me.pid = (int32_t)getpid();
+    me.device = comm->device;
+    me.platform = (uint32_t)comm->platform;
+    me.version = CCHAN_VERSION_CODE;
+    me.host_hash = host_hash(me.hostname);
+    me.status = status;
+    me.session = cchani_random_u64();
+    return me;
+}
+
+/* ---------------------------------------------------------------- agreement */
+
+static void version_string(uint32_t code, char out[24]) {
+    snprintf(out, 24, "%u.%u.%u", code / 10000, code / 100 % 100, code % 100);
+}
+
+/* Every rank runs the same checks over the same all-gathered table, so every rank fails alike. */
+static int check_peers(const cchan_comm_t *comm) {
+    const char *where = "cchan_comm_create";
+    const cchani_peer_info_t *p = comm->peers, *root = &comm->peers[0];
+    for (int r = 0; r < comm->nranks; r++) {
+        if (p[r].status && r != comm->rank)
+            return cchani_error(
+                CCHAN_ERR_PEER, where,
+                "rank %d (pid %d on %s) failed to set up its communicator: %s; its own "
+                "error says why",
+                r, p[r].pid, p[r].hostname, cchan_strerror(p[r].status));
+    }
+    for (int r = 1; r < comm->nranks; r++) {
+        if (p[r].version != root->version) {
+            char a[24], b[24];
+            version_string(p[r].version, a);
+            version_string(root->version, b);
+            return cchani_error(CCHAN_ERR_VERSION, where,
+                                "rank %d (pid %d on %s) runs cchan %s but rank 0 runs %s", r,
+                                p[r].pid, p[r].hostname, a, b);
+        }
+        if (p[r].platform != root->platform)
+            return cchani_error(
+                CCHAN_ERR_UNSUPPORTED, where,
+                "rank %d (pid %d on %s) uses the %s platform but rank 0 uses %s; all "
+                "ranks of a communicator must use one platform",
+                r, p[r].pid, p[r].hostname, platform_name(p[r].platform),
+                platform_name(root->platform));
+    }
+    return 0;
+}
+
+static int exchange_info(cchan_comm_t *comm, int status) {
+    cchani_peer_info_t me = local_info(comm, status);
+    comm->peers = (cchani_peer_info_t *)calloc((size_t)comm->nranks, sizeof *comm->peers);
+    if (!comm->peers)
+        return cchani_error(-ENOMEM, "cchan_comm_create", "peer table of %d ranks", comm->nranks);
+    int r = cchan_bootstrap_allgather(comm->bs, &me, comm->peers, sizeof me);
+    if (r) return cchani_error_wrap(r, "cchan_comm_create", "all-gather of peer information");
+    comm->session = comm->peers[0].session;
+    return status ? status : check_peers(comm);
+}
+
+int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what) {
+    int32_t mine = status;
+    int32_t *all = (int32_t *)calloc((size_t)comm->nranks, sizeof *all);
+    if (!all) return cchani_error(-ENOMEM, what, "agreement of %d ranks", comm->nranks);
+    int r = cchan_bootstrap_allgather(comm->bs, &mine, all, sizeof mine);
+    if (r)
+        r = cchani_error_wrap(r, what, "all-gather of the ranks' status");
+    else if (status)
+        r = status;
+    for (int p = 0; !r && p < comm->nranks; p++) {
+        if (all[p])
+            r = cchani_error(CCHAN_ERR_PEER, what, "rank %d failed (%s); its own error says why", p,
+                             cchan_strerror(all[p]));
+    }
+    free(all);
+    return r;
+}
+
+/* ---------------------------------------------------------------- create / destroy */
+
+static void comm_free(cchan_comm_t *comm) {
+    if (comm->diag_host) {
+        cchani_device_scope_t scope;
+        if (cchani_device_enter(comm, &scope) == 0) {
+            (void)cchani_host_mapped_free(comm, comm->diag_host);
+            cchani_device_leave(&scope);
+        }
+    }
+    free(comm->peers);
+    free(comm);
+}
+
+int cchan_comm_create(cchan_bootstrap_t *bs, const cchan_comm_config_t *cfg, cchan_comm_t **out) {
+    static const cchan_comm_config_t defaults = CCHAN_COMM_CONFIG_INIT;
+    CCHANI_CHECK_ARG(bs != NULL, "cchan_comm_create");
+    CCHANI_CHECK_ARG(out != NULL, "cchan_comm_create");
+    if (!cfg) cfg = &defaults;
+    int r = check_config(cfg);
+    if (r) return r;
+    cchan_comm_t *comm = (cchan_comm_t *)calloc(1, sizeof *comm);
+    if (!comm) return cchani_error(-ENOMEM, "cchan_comm_create", "communicator");
+    comm->bs = bs;
+    comm->rank = cchan_bootstrap_rank(bs);
+    comm->nranks = cchan_bootstrap_size(bs);
+    comm->local_rank = cchan_bootstrap_local_rank(bs);
+    comm->platform = CCHAN_PLATFORM_HOST;
+    comm->device = -1;
+    if (comm->rank < 0 || comm->nranks < 1 || comm->rank >= comm->nranks) {
+        r = cchani_error(-EINVAL, "cchan_comm_create", "bootstrap reports rank %d of %d",
+                         comm->rank, comm->nranks);
+        free(comm);
+        return r;
+    }
+    if (comm->local_rank < 0) comm->local_rank = comm->rank;
+    r = exchange_info(comm, setup_local(comm, cfg));
+    if (r) {
+        comm_free(comm);
+        return r;
+    }
+    CCHANI_INFO(CCHANI_SUB_INIT,
+                "comm rank %d/%d platform %s device %d timeout %llu ms session %016llx", comm->rank,
+                comm->nranks, platform_name(comm->platform), comm->device,
+                (unsigned long long)comm->timeout_ms, (unsigned long long)comm->session);
+    *out = comm;
+    return 0;
+}
+
+int cchan_comm_destroy(cchan_comm_t *comm) {
+    if (!comm) return 0;
+    uint32_t live = __atomic_load_n(&comm->live_objects, __ATOMIC_ACQUIRE);
+    if (live)
+        return cchani_error(-EBUSY, "cchan_comm_destroy",
+                            "%u registrations, semaphore sets or barriers of this communicator are "
+                            "still alive; destroy them first",
+                            live);
+    int r = cchan_bootstrap_destroy(comm->bs);
+    comm_free(comm);
+    return r;
+}
+
+void cchani_comm_hold(cchan_comm_t *comm) {
+    __atomic_fetch_add(&comm->live_objects, 1, __ATOMIC_RELAXED);
+}
+void cchani_comm_release(cchan_comm_t *comm) {
+    __atomic_fetch_sub(&comm->live_objects, 1, __ATOMIC_RELEASE);
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+int cchan_comm_rank(const cchan_comm_t *comm) { return comm ? comm->rank : -EINVAL; }
+int cchan_comm_size(const cchan_comm_t *comm) { return comm ? comm->nranks : -EINVAL; }
+cchan_platform_t cchan_comm_platform(const cchan_comm_t *comm) {
+    return comm ? comm->platform : CCHAN_PLATFORM_AUTO;
+}
+int cchan_comm_device(const cchan_comm_t *comm) { return comm ? comm->device : -EINVAL; }
+cchan_bootstrap_t *cchan_comm_bootstrap(cchan_comm_t *comm) { return comm ? comm->bs : NULL; }
+
+uint32_t cchani_comm_next_id(cchan_comm_t *comm) { return cchani_comm_reserve_ids(comm, 1); }
+
+uint32_t cchani_comm_reserve_ids(cchan_comm_t *comm, uint32_t n) {
+    return __atomic_fetch_add(&comm->next_object_id, n, __ATOMIC_RELAXED);
+}
+
+int cchan_comm_set_timeout_ms(cchan_comm_t *comm, uint64_t timeout_ms) {
+    CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_set_timeout_ms");
+    comm->timeout_ms = timeout_ms;
+    return 0;
+}
+
+cchan_wait_ctl_t cchan_comm_wait_ctl(const cchan_comm_t *comm, int peer, uint32_t id) {
+    cchan_wait_ctl_t ctl;
+    memset(&ctl, 0, sizeof ctl);
+    if (!comm) return ctl;
+    const uint64_t max_ms = UINT64_MAX / 1000000u;
+    ctl.diag = comm->diag_dev;
+    ctl.timeout_ns = comm->timeout_ms > max_ms ? UINT64_MAX : comm->timeout_ms * 1000000u;
+    ctl.rank = comm->rank;
+    ctl.peer = peer;
+    ctl.id = id;
+    return ctl;
+}
+
+/* ---------------------------------------------------------------- device failures */
+
+static int report_wait(const cchan_diag_t *g) {
+    const char *where = "cchan_comm_check_device";
+    double s = (double)g->waited_ns / 1e9;
+    unsigned long long exp = (unsigned long long)g->expected, obs = (unsigned long long)g->observed;
+    switch (g->kind) {
+    case CCHAN_WAIT_SEMAPHORE:
+        return cchani_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+                            "rank %d timed out after %.1f s waiting for semaphore %u from peer %d: "
+                            "expected %llu, observed %llu",
+                            g->rank, s, g->id, g->peer, exp, obs);
+    case CCHAN_WAIT_PACKET:
+        return cchani_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+                            "rank %d timed out after %.1f s waiting for LL packets from peer %d "
+                            "(channel semaphore %u): expected flag %llu, observed flag %llu",
+                            g->rank, s, g->peer, g->id, exp, obs);
+    case CCHAN_WAIT_FIFO_FULL:
+        return cchani_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+                            "rank %d timed out after %.1f s waiting for a free proxy FIFO slot "
+                            "(channel %u, peer %d): request %llu, proxy tail %llu",
+                            g->rank, s, g->id, g->peer, exp, obs);
+    case CCHAN_WAIT_FLUSH:
+        return cchani_error(
+            CCHAN_ERR_DEVICE_TIMEOUT, where,
+            "rank %d timed out after %.1f s waiting for a flush of port channel %u to "
+            "peer %d: expected %llu, completed %llu",
+            g->rank, s, g->id, g->peer, exp, obs);
+    case CCHAN_WAIT_BARRIER:
+        return cchani_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+                            "rank %d timed out after %.1f s waiting at barrier %u: expected %llu "
+                            "arrivals, observed %llu",
+                            g->rank, s, g->id, exp, obs);
+    case CCHAN_FAIL_RANGE:
+        return cchani_error(CCHAN_ERR_RANGE, where,
+                            "rank %d: request on channel %u to peer %d is out of range: end offset "
+                            "%llu exceeds the limit %llu",
+                            g->rank, g->id, g->peer, obs, exp);
+    default:
+        return cchani_error(CCHAN_ERR_INTERNAL, where,
+                            "rank %d: device failure record of unknown kind %u", g->rank, g->kind);
+    }
+}
+
+int cchan_comm_check_device(cchan_comm_t *comm) {
+    CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_check_device");
+    const cchan_diag_t *g = comm->diag_host;
+    if (cchan_load_acquire_sys_u32(&g->state) != CCHAN_DIAG_COMPLETE) return 0;
+    return report_wait(g);
+}

@@ -1,0 +1,283 @@
+/* cchan_mem_exchange: every rank's registration mapped on every rank, in three all-gathers.
+ *
+ *   1. offers   every rank exports its registration; all see every descriptor (or who failed).
+ *   2. ready    every rank checks the descriptors and copies the fds it needs with pidfd_getfd; a
+ *               rank where that is refused (or CCHAN_FDPASS=scm_rights) listens on an abstract
+ *               Unix socket and says it wants fds. All see who failed and who wants fds.
+ *               Then owners send their fd over SCM_RIGHTS to every rank that wants fds, and those
+ *               ranks receive one fd per owner.
+ *   3. done     every rank maps what it got; all see whether every rank succeeded.
+ * After any round with a failure every rank cleans up and returns an error, so no rank waits for
+ * one that gave up and no rank keeps a half-built exchange.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "mem.h"
+
+typedef struct exchange_offer {
+    cchan_mem_desc_t desc;
+    int32_t status;
+    int32_t reserved;
+} exchange_offer_t;
+
+typedef struct exchange_vote {
+    int32_t status;
+    int32_t wants_fds;
+} exchange_vote_t;
+
+typedef struct exchange {
+    cchan_comm_t *comm;
+    cchan_mem_t *local;
+    uint32_t seq;
+    int mode;            /* enum cchani_fdpass_mode */
+    uint64_t timeout_ms; /* for SCM_RIGHTS connects and receives */
+    exchange_offer_t *offers;
+    cchani_mem_wire_t *wires;
+    exchange_vote_t *votes;
+    int *fds; /* fds copied from each owner, -1 */
+    cchan_mem_t **imports;
+    int wants_fds;
+    int listen_fd;
+} exchange_t;
+
+static const char *where = "cchan_mem_exchange";
+
+/* ---------------------------------------------------------------- agreement */
+
+/* All-gathers this rank's vote. 0 when every rank succeeded; otherwise this rank's own error, or
+ * one naming the first rank that failed at `step`. */
+static int vote(exchange_t *x, int status, int wants_fds, const char *step) {
+    exchange_vote_t mine = {status, wants_fds};
+    int r = cchan_bootstrap_allgather(x->comm->bs, &mine, x->votes, sizeof mine);
+    if (r) return cchani_error_wrap(r, where, "all-gather after %s", step);
+    if (status) return status;
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (x->votes[p].status)
+            return cchani_error(CCHAN_ERR_PEER, where,
+                                "rank %d failed to %s (%s); its own error says why", p, step,
+                                cchan_strerror(x->votes[p].status));
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- round 1: offers */
+
+/* `setup`: this rank's status so far; a rank that failed still takes part, so its peers learn of
+ * it. */
+static int gather_offers(exchange_t *x, int setup) {
+    exchange_offer_t mine;
+    memset(&mine, 0, sizeof mine);
+    mine.status = setup ? setup : cchan_mem_export(x->local, &mine.desc);
+    int r = cchan_bootstrap_allgather(x->comm->bs, &mine, x->offers, sizeof mine);
+    if (r) return cchani_error_wrap(r, where, "all-gather of descriptors");
+    if (mine.status) return mine.status;
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (x->offers[p].status)
+            return cchani_error(CCHAN_ERR_PEER, where, "rank %d could not export its memory (%s)",
+                                p, cchan_strerror(x->offers[p].status));
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- round 2: checks and fds */
+
+static int check_offers(exchange_t *x) {
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (p == x->comm->rank) continue;
+        int r = cchani_mem_import_check(x->comm, &x->offers[p].desc, &x->wires[p]);
+        if (r) return cchani_error_wrap(r, where, "descriptor of rank %d", p);
+        if (x->wires[p].owner_rank != p)
+            return cchani_error(CCHAN_ERR_PROTOCOL, where,
+                                "rank %d offered a descriptor of rank %d", p,
+                                x->wires[p].owner_rank);
+    }
+    return 0;
+}
+
+static int needs_fd_from(const exchange_t *x, int p) {
+    return p != x->comm->rank && cchani_mem_import_needs_fd(&x->wires[p]);
+}
+
+static void close_fds(exchange_t *x) {
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (x->fds[p] >= 0) close(x->fds[p]);
+        x->fds[p] = -1;
+    }
+}
+
+static int count_owners(const exchange_t *x) {
+    int n = 0;
+    for (int p = 0; p < x->comm->nranks; p++) n += needs_fd_from(x, p);
+    return n;
+}
+
+/* Copies every needed fd with pidfd_getfd, or decides to receive them all over SCM_RIGHTS. */
+static int fetch_fds(exchange_t *x) {
+    if (count_owners(x) == 0) return 0;
+    if (x->mode == CCHANI_FDPASS_SCM_RIGHTS) {
+        x->wants_fds = 1;
+        return 0;
+    }
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (!needs_fd_from(x, p)) continue;
+        int r = cchani_fd_from_pid(x->wires[p].owner_pid, x->wires[p].owner_fd, &x->fds[p]);
+        if (!r) continue;
+        if (x->mode == CCHANI_FDPASS_AUTO && cchani_fdpass_refused(r)) {
+            CCHANI_INFO(CCHANI_SUB_MEM,
+                        "rank %d: pidfd_getfd refused (%s); receiving fds over SCM_RIGHTS",
+                        x->comm->rank, cchan_last_error());
+            cchani_clear_error();
+            close_fds(x);
+            x->wants_fds = 1;
+            return 0;
+        }
+        return cchani_error_wrap(r, where, "fd of rank %d", p);
+    }
+    return 0;
+}
+
+static int prepare(exchange_t *x) {
+    int r = check_offers(x);
+    if (!r) r = fetch_fds(x);
+    /* Listen before voting: a sender connects as soon as the vote is over. */
+    if (!r && x->wants_fds)
+        r = cchani_fdpass_listen(x->comm->session, x->seq, x->comm->rank, count_owners(x),
+                                 &x->listen_fd);
+    return r;
+}
+
+static int send_fds(exchange_t *x) {
+    int fd = cchani_mem_export_fd(x->local);
+    if (fd < 0) return 0;
+    cchani_fdpass_msg_t msg = {x->comm->session, x->local->key, x->seq, x->comm->rank};
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (p == x->comm->rank || !x->votes[p].wants_fds ||
+            x->comm->peers[p].pid == (int32_t)getpid())
+            continue;
+        int r = cchani_fdpass_send(x->comm->session, x->seq, p, &msg, fd, x->timeout_ms);
+        if (r) return cchani_error_wrap(r, where, "sending the fd to rank %d", p);
+    }
+    return 0;
+}
+
+/* A received fd is accepted only from the owner the kernel says sent it, for this exchange. */
+static int accept_fd(exchange_t *x, const cchani_fdpass_msg_t *msg, pid_t pid, int fd) {
+    int p = msg->rank;
+    int ok = p >= 0 && p < x->comm->nranks && needs_fd_from(x, p) && x->fds[p] < 0 &&
+             msg->session == x->comm->session && msg->seq == x->seq &&
+             msg->key == x->wires[p].key && pid == (pid_t)x->wires[p].owner_pid;
+    if (!ok) {
+        close(fd);
+        return cchani_error(
+            CCHAN_ERR_PROTOCOL, where,
+            "unexpected fd message (rank %d, pid %d, exchange %u) while waiting for owners' fds", p,
+            (int)pid, msg->seq);
+    }
+    x->fds[p] = fd;
+    return 0;
+}
+
+static int receive_fds(exchange_t *x) {
+    for (int n = count_owners(x); n > 0; n--) {
+        cchani_fdpass_msg_t msg;
+        int fd = -1;
+        pid_t pid = 0;
+        int r = cchani_fdpass_recv(x->listen_fd, x->timeout_ms, &msg, &fd, &pid);
+        if (!r) r = accept_fd(x, &msg, pid, fd);
+        if (r) return r;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- round 3: mapping */
+
+static int map_all(exchange_t *x) {
+    for (int p = 0; p < x->comm->nranks; p++) {
+        if (p == x->comm->rank) continue;
+        int fd = x->fds[p];
+        x->fds[p] = -1; /* consumed by the import, success or not */
+        int r = cchani_mem_import_wire(x->comm, &x->wires[p], fd, &x->imports[p]);
+        if (r) return r;
+        cchani_comm_hold(x->comm);
+    }
+    return 0;
+}
+
+static int pass_and_map(exchange_t *x) {
+    int r = send_fds(x);
+    if (!r && x->wants_fds) r = receive_fds(x);
+    if (!r) r = map_all(x);
+    return r;
+}
+
+/* ---------------------------------------------------------------- driver */
+
+/* Allocation failures end the call here (nothing to take part with); configuration errors are
+ * returned as the setup status and reported to the peers in round 1. */
+static int exchange_alloc(exchange_t *x, cchan_comm_t *comm, cchan_mem_t *local) {
+    memset(x, 0, sizeof *x);
+    x->comm = comm;
+    x->local = local;
+    x->listen_fd = -1;
+    x->seq = comm->exchange_seq++;
+    size_t n = (size_t)comm->nranks;
+    x->offers = (exchange_offer_t *)calloc(n, sizeof *x->offers);
+    x->wires = (cchani_mem_wire_t *)calloc(n, sizeof *x->wires);
+    x->votes = (exchange_vote_t *)calloc(n, sizeof *x->votes);
+    x->fds = (int *)malloc(n * sizeof *x->fds);
+    x->imports = (cchan_mem_t **)calloc(n, sizeof *x->imports);
+    if (!x->offers || !x->wires || !x->votes || !x->fds || !x->imports)
+        return cchani_error(-ENOMEM, where, "exchange state for %d ranks", comm->nranks);
+    for (size_t p = 0; p < n; p++) x->fds[p] = -1;
+    return 0;
+}
+
+static int exchange_config(exchange_t *x) {
+    int r = cchani_fdpass_mode(&x->mode);
+    if (!r) r = cchani_env_u64("CCHAN_BOOTSTRAP_TIMEOUT_MS", 30000, &x->timeout_ms);
+    return r;
+}
+
+static void exchange_free(exchange_t *x, int failed) {
+    if (x->listen_fd >= 0) close(x->listen_fd);
+    if (x->fds) close_fds(x);
+    for (int p = 0; failed && x->imports && p < x->comm->nranks; p++)
+        cchan_mem_destroy(x->imports[p]);
+    free(x->offers);
+    free(x->wires);
+    free(x->votes);
+    free(x->fds);
+    free(x->imports);
+}
+
+static int exchange_run(exchange_t *x) {
+    cchani_device_scope_t scope;
+    int setup = exchange_config(x);
+    if (!setup) setup = cchani_device_enter(x->comm, &scope);
+    int r = gather_offers(x, setup);
+    if (!r) {
+        int status = prepare(x); /* decides x->wants_fds */
+        r = vote(x, status, x->wants_fds, "check descriptors or copy fds");
+    }
+    if (!r) r = vote(x, pass_and_map(x), 0, "pass fds or map memory");
+    if (!setup) cchani_device_leave(&scope);
+    return r;
+}
+
+int cchan_mem_exchange(cchan_comm_t *comm, cchan_mem_t *local, cchan_mem_t **peers) {
+    CCHANI_CHECK_ARG(comm != NULL && local != NULL && peers != NULL, where);
+    CCHANI_CHECK_ARG(cchani_mem_comm(local) == comm && cchani_mem_is_local(local), where);
+    exchange_t x;
+    int r = exchange_alloc(&x, comm, local);
+    if (!r) r = exchange_run(&x);
+    if (!r) {
+        x.imports[comm->rank] = local;
+        memcpy(peers, x.imports, (size_t)comm->nranks * sizeof *peers);
+    }
+    exchange_free(&x, r != 0);
+    return r;
+}

@@ -1,0 +1,777 @@
+/* cchan GPU test harness: two GPUs, one process per GPU, started by `cchan-run -n 2`.
+ *
+ * Every test program here:
+ *   - exits 77 (skip) with a reason when there is no usable GPU, fewer GPUs than ranks on a host,
+ *     or not exactly two ranks;
+ *   - runs named cases in the same order on every rank (they are collective); after each case the
+ *     ranks all-gather their verdicts, so a failure seen by the receiver also fails the sender, and
+ *     rank 0 prints one "PASS name" / "FAIL name" line per case and "N passed, M failed" last;
+ *   - sets a device-wait deadline (cchan_comm_set_timeout_ms; CCHAN_TIMEOUT_MS overrides) so that a
+ *     broken signal traps instead of hanging, and arms a per-case watchdog (SIGALRM) so that a hang
+ *     the deadline does not cover ends the process with the case named;
+ *   - checks every CUDA call and the last error after every launch (GT_CUDA, GT_LAUNCH).
+ *
+ * Test data: bytes come from gt_pattern_byte(seed, index), a hash that is never 0 and never the
+ * poison byte, so every byte written or not written is told apart. Destinations are poisoned with
+ * GT_POISON before each transfer; checks cover the whole destination buffer (in range: the
+ * pattern; elsewhere: poison) on the GPU.
+ *
+ * Options (every rank gets the same argv from cchan-run):
+ *   --case a,b,c   run only these cases (exact names)      --list   print the case names
+ *   --watchdog S   per-case watchdog in seconds (default: each case's own budget)
+ */
+#ifndef CCHAN_TEST_GPU_TEST_H
+#define CCHAN_TEST_GPU_TEST_H
+
+#include <cuda_runtime.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cchan/cchan.h"
+
+extern char **environ;
+
+#define GT_POISON 0xA5u
+#define GT_EXIT_SKIP 77
+#define GT_DEFAULT_DEVICE_TIMEOUT_MS 30000ull
+#define GT_KiB (1ull << 10)
+#define GT_MiB (1ull << 20)
+#define GT_GiB (1ull << 30)
+
+/* ------------------------------------------------------------------ test data */
+
+__host__ __device__ static inline uint64_t gt_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* A seed for (case, rank, iteration); both sides of a transfer can compute the other's. */
+__host__ __device__ static inline uint64_t gt_seed(uint64_t case_tag, uint64_t rank,
+                                                   uint64_t iter) {
+    return gt_mix64(gt_mix64(case_tag) ^ gt_mix64(rank * 0x1000003ull + 0x51ull) ^
+                    (iter * 0xD1342543DE82EF95ull));
+}
+
+/* The pattern is made of 8-byte words of hash output; bytes that would be 0 or the poison byte are
+ * remapped, so every pattern byte differs from both. */
+__host__ __device__ static inline uint64_t gt_pattern_raw(uint64_t seed, uint64_t word) {
+    return gt_mix64(seed + word * 0xD6E8FEB86659FD93ull);
+}
+__host__ __device__ static inline uint8_t gt_pattern_fix(uint8_t b) {
+    return (b == 0 || b == GT_POISON) ? (uint8_t)(b ^ 0x5Au) : b;
+}
+
+/* Byte `i` of the pattern `seed`: random-looking, never 0, never GT_POISON. */
+__host__ __device__ static inline uint8_t gt_pattern_byte(uint64_t seed, uint64_t i) {
+    return gt_pattern_fix((uint8_t)(gt_pattern_raw(seed, i >> 3) >> ((i & 7u) * 8u)));
+}
+
+/* Little-endian value made of pattern bytes [i, i + n): what a read of n bytes at pattern index i
+ * returns. */
+__host__ __device__ static inline uint64_t gt_pattern_word(uint64_t seed, uint64_t i, uint32_t n) {
+    uint64_t v = 0;
+    for (uint32_t b = 0; b < n; b++) v |= (uint64_t)gt_pattern_byte(seed, i + b) << (8 * b);
+    return v;
+}
+
+/* A float in +-[0.25, 4): never zero, exact in f32. */
+__host__ __device__ static inline float gt_pattern_float(uint64_t seed, uint64_t i) {
+    uint64_t h = gt_mix64(seed ^ (i * 0x9E3779B97F4A7C15ull + 0x7F4A7C15ull));
+    float mag = 0.25f + (float)(h & 0xFFFFFu) * (3.75f / 1048576.0f);
+    return (h >> 63) ? -mag : mag;
+}
+
+__host__ __device__ static inline uint64_t gt_hash_name(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* ------------------------------------------------------------------ device-side results */
+
+/* Mismatch record filled by check kernels: count, first and last bad index, and what the test
+ * wants to report in info[] (counters read back from the device). */
+typedef struct gt_result {
+    unsigned long long errors;
+    unsigned long long first;
+    unsigned long long last;
+    unsigned long long info[13];
+} gt_result_t;
+
+__device__ static inline void gt_dev_record(gt_result_t *r, unsigned long long nbad,
+                                            unsigned long long first, unsigned long long last) {
+    if (nbad == 0) return;
+    atomicAdd(&r->errors, nbad);
+    atomicMin(&r->first, first);
+    atomicMax(&r->last, last);
+}
+
+__device__ static inline uint32_t gt_global_tid(void) {
+    return blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ static inline uint32_t gt_global_nthreads(void) { return gridDim.x * blockDim.x; }
+
+/* Cooperative: p[k] = pattern(seed, base + k) for k < n. */
+__device__ static inline void gt_dev_fill(uint8_t *p, uint64_t n, uint64_t seed, uint64_t base,
+                                          uint32_t tid, uint32_t nthreads) {
+    for (uint64_t k = tid; k < n; k += nthreads) p[k] = gt_pattern_byte(seed, base + k);
+}
+
+/* Cooperative: p[k] = byte for k < n. */
+__device__ static inline void gt_dev_set(uint8_t *p, uint64_t n, uint8_t byte, uint32_t tid,
+                                         uint32_t nthreads) {
+    for (uint64_t k = tid; k < n; k += nthreads) p[k] = byte;
+}
+
+/* Cooperative check of p[0..n) == pattern(seed, base + k); bad bytes are recorded with index
+ * tag + k. Returns this thread's count of bad bytes. */
+__device__ static inline unsigned long long gt_dev_check(const uint8_t *p, uint64_t n,
+                                                         uint64_t seed, uint64_t base, uint64_t tag,
+                                                         uint32_t tid, uint32_t nthreads,
+                                                         gt_result_t *r) {
+    unsigned long long bad = 0, first = ~0ull, last = 0;
+    for (uint64_t k = tid; k < n; k += nthreads) {
+        if (p[k] != gt_pattern_byte(seed, base + k)) {
+            bad++;
+            if (tag + k < first) first = tag + k;
+            last = tag + k;
+        }
+    }
+    gt_dev_record(r, bad, first, last);
+    return bad;
+}
+
+/* Cooperative check of p[0..n) == byte. */
+__device__ static inline unsigned long long gt_dev_check_byte(const uint8_t *p, uint64_t n,
+                                                              uint8_t byte, uint64_t tag,
+                                                              uint32_t tid, uint32_t nthreads,
+                                                              gt_result_t *r) {
+    unsigned long long bad = 0, first = ~0ull, last = 0;
+    for (uint64_t k = tid; k < n; k += nthreads) {
+        if (p[k] != byte) {
+            bad++;
+            if (tag + k < first) first = tag + k;
+            last = tag + k;
+        }
+    }
+    gt_dev_record(r, bad, first, last);
+    return bad;
+}
+
+/* buf[i] = pattern(seed, i) for i < bytes (buf 8-byte aligned). */
+__global__ void gt_fill_kernel(uint8_t *buf, uint64_t bytes, uint64_t seed) {
+    uint64_t nwords = bytes / 8;
+    uint64_t *w = (uint64_t *)(void *)buf;
+    for (uint64_t k = gt_global_tid(); k < nwords; k += gt_global_nthreads()) {
+        uint64_t h = gt_pattern_raw(seed, k), v = 0;
+        for (uint32_t b = 0; b < 8; b++)
+            v |= (uint64_t)gt_pattern_fix((uint8_t)(h >> (8 * b))) << (8 * b);
+        w[k] = v;
+    }
+    for (uint64_t i = nwords * 8 + gt_global_tid(); i < bytes; i += gt_global_nthreads())
+        buf[i] = gt_pattern_byte(seed, i);
+}
+
+/* Whole-buffer check: buf[i] must be pattern(seed, base + i - begin) for i in [begin, end) and
+ * `poison` elsewhere. buf 8-byte aligned. */
+__global__ void gt_check_kernel(const uint8_t *buf, uint64_t bytes, uint64_t begin, uint64_t end,
+                                uint64_t seed, uint64_t base, uint32_t poison, gt_result_t *r) {
+    unsigned long long bad = 0, first = ~0ull, last = 0;
+    uint64_t nwords = (bytes + 7) / 8;
+    uint64_t cached_word = ~0ull, cached_raw = 0; /* pattern word last hashed */
+    for (uint64_t k = gt_global_tid(); k < nwords; k += gt_global_nthreads()) {
+        uint64_t i0 = k * 8;
+        uint64_t v;
+        if (i0 + 8 <= bytes) {
+            v = ((const uint64_t *)(const void *)buf)[k];
+        } else {
+            v = 0;
+            for (uint64_t b = 0; i0 + b < bytes; b++) v |= (uint64_t)buf[i0 + b] << (8 * b);
+        }
+        for (uint32_t b = 0; b < 8 && i0 + b < bytes; b++) {
+            uint64_t i = i0 + b;
+            uint8_t got = (uint8_t)(v >> (8 * b));
+            uint8_t want = (uint8_t)poison;
+            if (i >= begin && i < end) {
+                uint64_t p = base + (i - begin);
+                if ((p >> 3) != cached_word) {
+                    cached_word = p >> 3;
+                    cached_raw = gt_pattern_raw(seed, cached_word);
+                }
+                want = gt_pattern_fix((uint8_t)(cached_raw >> ((p & 7u) * 8u)));
+            }
+            if (got != want) {
+                bad++;
+                if (i < first) first = i;
+                last = i;
+            }
+        }
+    }
+    gt_dev_record(r, bad, first, last);
+}
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct gt_ctx gt_ctx_t;
+typedef void (*gt_case_fn)(gt_ctx_t *ctx);
+
+struct gt_ctx {
+    const char *test_name;
+    const char *self_exe; /* /proc/self/exe */
+    int rank, nranks, local_rank, local_size;
+    int device, num_sms, cc_major, cc_minor;
+    char device_name[256];
+    cchan_comm_t *comm;
+    cudaStream_t stream;
+    gt_result_t *res; /* device */
+    uint64_t device_timeout_ms;
+    int passed, failed;
+    const char *case_name; /* the running case */
+    int case_ok;           /* this rank's verdict on the running case */
+    unsigned watchdog_override_s;
+    char cases[1024]; /* --case filter, ",a,b," form; empty: all */
+    int list_only;
+};
+
+static gt_ctx_t *gt_current;
+static char gt_watchdog_msg[512];
+
+static inline double gt_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Prints "[rN] ..." on stdout (line-buffered). */
+static inline void gt_log(const gt_ctx_t *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline void gt_log(const gt_ctx_t *ctx, const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    printf("[r%d] %s\n", ctx ? ctx->rank : -1, line);
+}
+
+/* Records a failure of the running case on this rank with its reason. */
+static inline void gt_fail(gt_ctx_t *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline void gt_fail(gt_ctx_t *ctx, const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    printf("[r%d] %s: FAIL: %s\n", ctx->rank, ctx->case_name ? ctx->case_name : "setup", line);
+    ctx->case_ok = 0;
+}
+
+#define GT_EXPECT(ctx, cond, ...)                                                                  \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            char gt_msg_[1536];                                                                    \
+            snprintf(gt_msg_, sizeof gt_msg_, __VA_ARGS__);                                        \
+            gt_fail((ctx), "%s:%d: %.1536s (%.300s)", __FILE__, __LINE__, gt_msg_, #cond);         \
+        }                                                                                          \
+    } while (0)
+
+/* Ends the program after an unrecoverable error (a CUDA call failed, a kernel trapped): prints the
+ * device-wait diagnostic if cchan recorded one, and a summary line. */
+static inline void gt_die(void) __attribute__((noreturn));
+static inline void gt_die(void) {
+    gt_ctx_t *ctx = gt_current;
+    if (ctx && ctx->comm) {
+        int st = cchan_comm_check_device(ctx->comm);
+        if (st != 0)
+            printf("[r%d] device diagnostic (cchan_comm_check_device = %d, %s): %s\n", ctx->rank,
+                   st, cchan_strerror(st), cchan_last_error());
+    }
+    if (ctx) {
+        printf("[r%d] ABORTED in case '%s'\n", ctx->rank,
+               ctx->case_name ? ctx->case_name : "setup");
+        printf("%d passed, %d failed\n", ctx->passed, ctx->failed + 1);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
+}
+
+static inline void gt_fatal_cuda(const char *call, cudaError_t e, const char *file, int line) {
+    gt_ctx_t *ctx = gt_current;
+    printf("[r%d] FATAL %s:%d: %s: %s (%s)\n", ctx ? ctx->rank : -1, file, line, call,
+           cudaGetErrorName(e), cudaGetErrorString(e));
+    gt_die();
+}
+
+static inline void gt_fatal_cchan(const char *call, int st, const char *file, int line) {
+    gt_ctx_t *ctx = gt_current;
+    printf("[r%d] FATAL %s:%d: %s = %d (%s): %s\n", ctx ? ctx->rank : -1, file, line, call, st,
+           cchan_strerror(st), cchan_last_error());
+    gt_die();
+}
+
+#define GT_CUDA(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t gt_e_ = (call);                                                                \
+        if (gt_e_ != cudaSuccess) gt_fatal_cuda(#call, gt_e_, __FILE__, __LINE__);                 \
+    } while (0)
+
+#define GT_CCHAN(call)                                                                             \
+    do {                                                                                           \
+        int gt_s_ = (call);                                                                        \
+        if (gt_s_ < 0) gt_fatal_cchan(#call, gt_s_, __FILE__, __LINE__);                           \
+    } while (0)
+
+/* Launches on the context's stream and checks the launch. */
+#define GT_LAUNCH(ctx, kernel, grid, block, ...)                                                   \
+    do {                                                                                           \
+        kernel<<<(grid), (block), 0, (ctx)->stream>>>(__VA_ARGS__);                                \
+        GT_CUDA(cudaGetLastError());                                                               \
+    } while (0)
+
+#define GT_SYNC(ctx) GT_CUDA(cudaStreamSynchronize((ctx)->stream))
+
+static inline void gt_barrier(gt_ctx_t *ctx) {
+    GT_CCHAN(cchan_bootstrap_barrier(cchan_comm_bootstrap(ctx->comm)));
+}
+
+static inline void gt_allgather(gt_ctx_t *ctx, const void *send, void *recv, size_t bytes) {
+    GT_CCHAN(cchan_bootstrap_allgather(cchan_comm_bootstrap(ctx->comm), send, recv, bytes));
+}
+
+static inline int gt_peer(const gt_ctx_t *ctx) { return ctx->rank ^ 1; }
+
+/* Collective: 1 while every rank's verdict on the running case is still good. Loops whose
+ * iterations contain collectives stop on this, never on a rank's own verdict alone (one rank
+ * leaving the loop while the other stays would desynchronize their collectives). */
+static inline int gt_all_ok(gt_ctx_t *ctx) {
+    int verdicts[64];
+    GT_CCHAN(cchan_bootstrap_allgather(cchan_comm_bootstrap(ctx->comm), &ctx->case_ok, verdicts,
+                                       sizeof(int)));
+    for (int r = 0; r < ctx->nranks && r < 64; r++)
+        if (!verdicts[r]) return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ host helpers */
+
+static inline void gt_result_reset(gt_ctx_t *ctx) {
+    gt_result_t init;
+    memset(&init, 0, sizeof init);
+    init.first = ~0ull;
+    GT_CUDA(cudaMemcpyAsync(ctx->res, &init, sizeof init, cudaMemcpyHostToDevice, ctx->stream));
+}
+
+static inline gt_result_t gt_result_read(gt_ctx_t *ctx) {
+    gt_result_t r;
+    GT_CUDA(cudaMemcpyAsync(&r, ctx->res, sizeof r, cudaMemcpyDeviceToHost, ctx->stream));
+    GT_SYNC(ctx);
+    return r;
+}
+
+static inline unsigned gt_grid_for(const gt_ctx_t *ctx, uint64_t work, unsigned block) {
+    uint64_t g = (work + block - 1) / block;
+    uint64_t cap = (uint64_t)ctx->num_sms * 8;
+    if (g > cap) g = cap;
+    return g ? (unsigned)g : 1u;
+}
+
+static inline void gt_fill(gt_ctx_t *ctx, void *buf, uint64_t bytes, uint64_t seed) {
+    GT_LAUNCH(ctx, gt_fill_kernel, gt_grid_for(ctx, bytes / 8 + 1, 256), 256, (uint8_t *)buf, bytes,
+              seed);
+}
+
+static inline void gt_poison(gt_ctx_t *ctx, void *buf, uint64_t bytes) {
+    GT_CUDA(cudaMemsetAsync(buf, GT_POISON, bytes, ctx->stream));
+}
+
+/* Checks the whole buffer: [begin, begin + len) holds pattern(seed, base ..), the rest poison.
+ * Reports the first bad byte with what was expected there. Returns 1 if all good. */
+static inline int gt_check_buffer(gt_ctx_t *ctx, const void *buf, uint64_t bytes, uint64_t begin,
+                                  uint64_t len, uint64_t seed, uint64_t base, const char *what) {
+    gt_result_reset(ctx);
+    GT_LAUNCH(ctx, gt_check_kernel, gt_grid_for(ctx, bytes / 8 + 1, 256), 256, (const uint8_t *)buf,
+              bytes, begin, begin + len, seed, base, GT_POISON, ctx->res);
+    gt_result_t r = gt_result_read(ctx);
+    if (r.errors == 0) return 1;
+    uint8_t got = 0;
+    GT_CUDA(cudaMemcpy(&got, (const uint8_t *)buf + r.first, 1, cudaMemcpyDeviceToHost));
+    int in = r.first >= begin && r.first < begin + len;
+    uint8_t want = in ? gt_pattern_byte(seed, base + (r.first - begin)) : (uint8_t)GT_POISON;
+    gt_fail(ctx,
+            "%s: %llu bad bytes in [%llu, %llu] (data range [%llu, %llu)); first at %llu (%s the "
+            "range): got 0x%02x, want 0x%02x",
+            what, r.errors, r.first, r.last, (unsigned long long)begin,
+            (unsigned long long)(begin + len), r.first, in ? "inside" : "outside", got, want);
+    return 0;
+}
+
+/* Reports a device-side mismatch record filled by in-kernel checks. Returns 1 if no errors. */
+static inline int gt_report_result(gt_ctx_t *ctx, const gt_result_t *r, const char *what) {
+    if (r->errors == 0) return 1;
+    gt_fail(ctx, "%s: %llu errors (first index %llu, last %llu)", what, r->errors, r->first,
+            r->last);
+    return 0;
+}
+
+static inline void *gt_mem_ptr(const cchan_mem_t *m) { return cchan_mem_ptr(m); }
+
+/* ------------------------------------------------------------------ case runner */
+
+static void gt_watchdog_handler(int sig) {
+    (void)sig;
+    ssize_t w = write(1, gt_watchdog_msg, strlen(gt_watchdog_msg));
+    (void)w;
+    _exit(124);
+}
+
+static inline int gt_selected(const gt_ctx_t *ctx, const char *name) {
+    if (!ctx->cases[0]) return 1;
+    char key[256];
+    snprintf(key, sizeof key, ",%s,", name);
+    return strstr(ctx->cases, key) != NULL;
+}
+
+/* Runs one collective case: every rank calls gt_run with the same names in the same order. */
+static inline void gt_run(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsigned budget_s) {
+    if (ctx->list_only) {
+        if (ctx->rank == 0 || ctx->nranks == 0) printf("%s\n", name);
+        return;
+    }
+    if (!gt_selected(ctx, name)) return;
+    unsigned wd = ctx->watchdog_override_s ? ctx->watchdog_override_s : budget_s;
+    snprintf(gt_watchdog_msg, sizeof gt_watchdog_msg,
+             "[r%d] WATCHDOG: case '%s' still running after %u s; aborting (a hang the device "
+             "deadline did not catch)\n%d passed, %d failed\n",
+             ctx->rank, name, wd, ctx->passed, ctx->failed + 1);
+    ctx->case_name = name;
+    ctx->case_ok = 1;
+    double t0 = gt_now_ms();
+    alarm(wd);
+    fn(ctx);
+    GT_CUDA(cudaGetLastError());
+    GT_SYNC(ctx);
+    alarm(0);
+    double ms = gt_now_ms() - t0;
+    int verdicts[64];
+    gt_allgather(ctx, &ctx->case_ok, verdicts, sizeof(int));
+    int all_ok = 1;
+    char who[128] = "";
+    for (int r = 0; r < ctx->nranks && r < 64; r++) {
+        if (!verdicts[r]) {
+            all_ok = 0;
+            size_t l = strlen(who);
+            snprintf(who + l, sizeof who - l, "%s%d", l ? "," : " (failed on rank ", r);
+        }
+    }
+    if (!all_ok) strncat(who, ")", sizeof who - strlen(who) - 1);
+    if (all_ok)
+        ctx->passed++;
+    else
+        ctx->failed++;
+    if (ctx->rank == 0) printf("%s %s (%.1f ms)%s\n", all_ok ? "PASS" : "FAIL", name, ms, who);
+    fflush(stdout);
+    ctx->case_name = NULL;
+}
+
+static inline void gt_usage(const char *prog) {
+    fprintf(stderr, "usage: cchan-run -n 2 %s [--case a,b,...] [--list] [--watchdog seconds]\n",
+            prog);
+}
+
+/* Parses the harness options; returns 0, or -1 on a bad argument. */
+static inline int gt_parse_args(gt_ctx_t *ctx, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--case") && i + 1 < argc) {
+            snprintf(ctx->cases, sizeof ctx->cases, ",%s,", argv[++i]);
+        } else if (!strcmp(argv[i], "--list")) {
+            ctx->list_only = 1;
+        } else if (!strcmp(argv[i], "--watchdog") && i + 1 < argc) {
+            ctx->watchdog_override_s = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else {
+            fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[i]);
+            gt_usage(argv[0]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static inline void gt_skip(const char *test, const char *why) __attribute__((noreturn));
+static inline void gt_skip(const char *test, const char *why) {
+    printf("SKIP %s: %s\n", test, why);
+    fflush(stdout);
+    exit(GT_EXIT_SKIP);
+}
+
+typedef struct gt_rank_id {
+    char host[64];
+    unsigned char uuid[16];
+    int device;
+    int cc_major;
+} gt_rank_id_t;
+
+/* Skips (77) without a GPU; bootstraps from the launcher's environment; checks there are exactly
+ * two ranks and that each has a GPU of its own; creates the CUDA communicator with the device-wait
+ * deadline set; creates the stream and the result record. */
+static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    memset(ctx, 0, sizeof *ctx);
+    ctx->test_name = test_name;
+    ctx->self_exe = "/proc/self/exe";
+    ctx->rank = -1;
+    gt_current = ctx;
+    if (gt_parse_args(ctx, argc, argv)) exit(2);
+
+    int ngpu = 0;
+    cudaError_t e = cudaGetDeviceCount(&ngpu);
+    char why[512];
+    if (e != cudaSuccess || ngpu == 0) {
+        snprintf(why, sizeof why, "no CUDA GPU (cudaGetDeviceCount: %s, %d devices)",
+                 e == cudaSuccess ? "ok" : cudaGetErrorString(e), ngpu);
+        if (ctx->list_only)
+            ctx->nranks = 0;
+        else
+            gt_skip(test_name, why);
+    }
+    if (ctx->list_only) return; /* the caller lists its cases with gt_run, then exits */
+
+    if (!getenv("CCHAN_RANK") && !getenv("RANK") && !getenv("OMPI_COMM_WORLD_RANK") &&
+        !getenv("PMI_RANK") && !getenv("SLURM_PROCID"))
+        gt_skip(test_name, "needs 2 ranks, one per GPU: run it as `cchan-run -n 2 <test>`");
+
+    cchan_bootstrap_t *bs = NULL;
+    GT_CCHAN(cchan_bootstrap_create_from_env(&bs));
+    ctx->rank = cchan_bootstrap_rank(bs);
+    ctx->nranks = cchan_bootstrap_size(bs);
+    ctx->local_rank = cchan_bootstrap_local_rank(bs);
+    ctx->local_size = cchan_bootstrap_local_size(bs);
+    if (ctx->nranks != 2) {
+        snprintf(why, sizeof why, "needs exactly 2 ranks (one per GPU), got %d", ctx->nranks);
+        cchan_bootstrap_destroy(bs);
+        gt_skip(test_name, why);
+    }
+
+    ctx->device = ctx->local_rank % ngpu;
+    GT_CUDA(cudaSetDevice(ctx->device));
+    cudaDeviceProp prop;
+    GT_CUDA(cudaGetDeviceProperties(&prop, ctx->device));
+    ctx->num_sms = prop.multiProcessorCount;
+    ctx->cc_major = prop.major;
+    ctx->cc_minor = prop.minor;
+    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", prop.name);
+
+    /* Two ranks on one GPU (fewer GPUs than ranks, or CUDA_VISIBLE_DEVICES pointing both at one)
+     * would make this a single-GPU test: skip instead. */
+    gt_rank_id_t me, all[2];
+    memset(&me, 0, sizeof me);
+    gethostname(me.host, sizeof me.host - 1);
+    memcpy(me.uuid, &prop.uuid, sizeof me.uuid);
+    me.device = ctx->device;
+    me.cc_major = prop.major;
+    GT_CCHAN(cchan_bootstrap_allgather(bs, &me, all, sizeof me));
+    const char *skip = NULL;
+    if (!strcmp(all[0].host, all[1].host) && !memcmp(all[0].uuid, all[1].uuid, 16)) {
+        snprintf(why, sizeof why,
+                 "fewer GPUs than ranks: both ranks got the same GPU on %s (%d visible, %d local "
+                 "ranks)",
+                 me.host, ngpu, ctx->local_size);
+        skip = why;
+    } else if (all[0].cc_major < 8 || all[1].cc_major < 8) {
+        snprintf(why, sizeof why, "needs compute capability 8.0 or newer (got %d.x and %d.x)",
+                 all[0].cc_major, all[1].cc_major);
+        skip = why;
+    }
+    if (skip) {
+        cchan_bootstrap_destroy(bs);
+        gt_skip(test_name, skip);
+    }
+
+    const char *env_timeout = getenv("CCHAN_TIMEOUT_MS");
+    cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
+    cfg.platform = CCHAN_PLATFORM_CUDA;
+    cfg.device = ctx->device;
+    cfg.timeout_ms = env_timeout && *env_timeout ? UINT64_MAX : GT_DEFAULT_DEVICE_TIMEOUT_MS;
+    GT_CCHAN(cchan_comm_create(bs, &cfg, &ctx->comm));
+    if (!(env_timeout && *env_timeout))
+        GT_CCHAN(cchan_comm_set_timeout_ms(ctx->comm, GT_DEFAULT_DEVICE_TIMEOUT_MS));
+    ctx->device_timeout_ms =
+        env_timeout && *env_timeout ? cchan_env_timeout_ms() : GT_DEFAULT_DEVICE_TIMEOUT_MS;
+    if (cchan_comm_device(ctx->comm) != ctx->device) {
+        printf("[r%d] FATAL: cchan_comm_device = %d, asked for %d\n", ctx->rank,
+               cchan_comm_device(ctx->comm), ctx->device);
+        gt_die();
+    }
+    GT_CUDA(cudaSetDevice(ctx->device));
+    GT_CUDA(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    GT_CUDA(cudaMalloc((void **)&ctx->res, sizeof(gt_result_t)));
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = gt_watchdog_handler;
+    sigaction(SIGALRM, &sa, NULL);
+
+    gt_log(ctx,
+           "%s: rank %d/%d (local %d/%d) on %s, GPU %d: %s (sm_%d%d, %d SMs); %s; device "
+           "timeout %llu ms",
+           test_name, ctx->rank, ctx->nranks, ctx->local_rank, ctx->local_size, me.host,
+           ctx->device, ctx->device_name, ctx->cc_major, ctx->cc_minor, ctx->num_sms,
+           cchan_version(), (unsigned long long)ctx->device_timeout_ms);
+}
+
+/* Prints the summary (rank 0) and returns the exit code. The caller has destroyed its objects. */
+static inline int gt_finish(gt_ctx_t *ctx) {
+    if (ctx->list_only) return 0;
+    GT_CUDA(cudaFree(ctx->res));
+    GT_CUDA(cudaStreamDestroy(ctx->stream));
+    int st = cchan_comm_destroy(ctx->comm);
+    ctx->comm = NULL;
+    if (st != 0) {
+        gt_log(ctx, "cchan_comm_destroy = %d (%s): %s", st, cchan_strerror(st), cchan_last_error());
+        ctx->failed++;
+    }
+    if (ctx->rank == 0)
+        printf("%d passed, %d failed\n", ctx->passed, ctx->failed);
+    else
+        gt_log(ctx, "done: %d passed, %d failed", ctx->passed, ctx->failed);
+    fflush(stdout);
+    return ctx->failed ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ child processes
+ *
+ * A kernel that traps (a device-wait deadline) takes the CUDA context with it, so timeout cases run
+ * in child processes: each rank spawns itself with a child-mode argv, the children bootstrap with
+ * a unique id that rank 0 created and the parents all-gathered, and the parent reads the child's
+ * output with a bound on time. */
+
+typedef struct gt_child {
+    int exited;    /* 1 if it exited by itself before the bound */
+    int exit_code; /* its exit code, or 128 + signal */
+    double elapsed_ms;
+    char out[32768]; /* stdout and stderr together */
+} gt_child_t;
+
+static inline int gt_spawn_capture(char *const argv[], unsigned bound_s, gt_child_t *c) {
+    memset(c, 0, sizeof *c);
+    int fds[2];
+    if (pipe(fds)) return -errno;
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid;
+    double t0 = gt_now_ms();
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc) {
+        close(fds[0]);
+        return -rc;
+    }
+    size_t used = 0;
+    int killed = 0;
+    for (;;) {
+        double left = bound_s * 1e3 - (gt_now_ms() - t0);
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            killed = 1;
+            break;
+        }
+        struct pollfd p = {fds[0], POLLIN, 0};
+        int n = poll(&p, 1, left > 200 ? 200 : (int)left + 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n > 0) {
+            char tmp[4096];
+            ssize_t got = read(fds[0], tmp, sizeof tmp);
+            if (got <= 0) break; /* EOF: the child (and anything it spawned) closed the pipe */
+            size_t keep = (size_t)got;
+            if (keep > sizeof c->out - 1 - used) keep = sizeof c->out - 1 - used;
+            memcpy(c->out + used, tmp, keep);
+            used += keep;
+        }
+    }
+    close(fds[0]);
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, killed ? 0 : WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) break;
+        if (gt_now_ms() - t0 > bound_s * 1e3) {
+            kill(pid, SIGKILL);
+            killed = 1;
+        } else {
+            usleep(10000);
+        }
+    }
+    c->elapsed_ms = gt_now_ms() - t0;
+    c->out[used] = '\0';
+    c->exited = !killed && WIFEXITED(status);
+    c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return 0;
+}
+
+static inline void gt_hex_encode(const uint8_t *p, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static inline int gt_hex_decode(const char *s, uint8_t *p, size_t n) {
+    if (strlen(s) != 2 * n) return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
+        p[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+/* Value of "KEY=" on a line of the child's output (up to the end of that line), or NULL. */
+static inline const char *gt_child_field(const gt_child_t *c, const char *key, char *buf,
+                                         size_t n) {
+    const char *p = strstr(c->out, key);
+    if (!p) return NULL;
+    p += strlen(key);
+    size_t i = 0;
+    while (p[i] && p[i] != '\n' && i + 1 < n) {
+        buf[i] = p[i];
+        i++;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/* Prints the child's output, each line prefixed, for the log. */
+static inline void gt_log_child(const gt_ctx_t *ctx, const char *label, const gt_child_t *c) {
+    const char *p = c->out;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        int len = nl ? (int)(nl - p) : (int)strlen(p);
+        printf("[r%d] %s| %.*s\n", ctx->rank, label, len, p);
+        if (!nl) break;
+        p = nl + 1;
+    }
+}
+
+#endif /* CCHAN_TEST_GPU_TEST_H */

@@ -1,0 +1,813 @@
+/* Port channel over the dma transport on two GPUs, one process per GPU (issue 4).
+ *
+ *   cchan-run -n 2 --timeout 600 build/test/gpu/test_port_channel_gpu [--case NAME,...] [--list]
+ *
+ * Every rank owns two cchan_mem_alloc buffers of 4 GiB + 4 MiB (puts of 4 GiB + 4 KiB and offsets
+ * beyond 4 GiB fit):
+ *   L  source of this rank's puts: filled with a per-(case, rank, iteration) pattern;
+ *   D  destination of the peer's puts: poisoned before each transfer, checked whole on the GPU.
+ * One proxy (512-slot FIFO) serves every channel except the 4-slot ring case's, which has its own.
+ * Both ranks act at once (each puts to the other), so every case runs both directions.
+ */
+#include "gpu_test.h"
+
+#define PC_BUF_BYTES (4 * GT_GiB + 4 * GT_MiB)
+#define PC_GUARD 64u
+
+typedef struct pc_env {
+    cchan_mem_t *L, *D, *peerD[2];
+    uint8_t *l, *d;
+    cchan_proxy_t *proxy;
+    /* Port channels cannot be destroyed one by one: the semaphore sets they signal stay alive
+     * until the proxies are stopped and destroyed. */
+    cchan_sem_set_t *sets[64];
+    int nsets;
+} pc_env_t;
+
+static pc_env_t g_pc;
+
+static cchan_sem_set_t *pc_sems(gt_ctx_t *ctx, int count) {
+    cchan_sem_set_t *set = NULL;
+    GT_CCHAN(cchan_sem_set_create(ctx->comm, count, CCHAN_SEM_HOST_MAPPED, &set));
+    if (g_pc.nsets == (int)(sizeof g_pc.sets / sizeof g_pc.sets[0])) {
+        gt_log(ctx, "FATAL: too many semaphore sets for the test's list");
+        gt_die();
+    }
+    g_pc.sets[g_pc.nsets++] = set;
+    return set;
+}
+
+static cchan_port_channel_t pc_channel(gt_ctx_t *ctx, cchan_proxy_t *proxy, cchan_sem_set_t *set,
+                                       int idx) {
+    cchan_port_channel_t ch;
+    GT_CCHAN(cchan_port_channel_create(proxy, CCHAN_TRANSPORT_DMA, set, gt_peer(ctx), idx,
+                                       g_pc.peerD[gt_peer(ctx)], g_pc.L, &ch));
+    return ch;
+}
+
+/* out: expected, flush_issued, flush_done, inbound. */
+__global__ void k_pc_counters(cchan_port_channel_t ch, unsigned long long *out) {
+    out[0] = *(volatile uint64_t *)ch.expected;
+    out[1] = *(volatile uint64_t *)ch.flush_issued;
+    out[2] = *(const volatile uint64_t *)ch.flush_done;
+    out[3] = *(volatile uint64_t *)ch.inbound;
+}
+
+static void pc_counters(gt_ctx_t *ctx, const cchan_port_channel_t *ch, unsigned long long out[4]) {
+    unsigned long long *dev;
+    GT_CUDA(cudaMalloc((void **)&dev, 4 * sizeof *dev));
+    GT_LAUNCH(ctx, k_pc_counters, 1, 1, *ch, dev);
+    GT_CUDA(cudaMemcpyAsync(out, dev, 4 * sizeof *dev, cudaMemcpyDeviceToHost, ctx->stream));
+    GT_SYNC(ctx);
+    GT_CUDA(cudaFree(dev));
+}
+
+static void pc_expect_counters(gt_ctx_t *ctx, const char *what, const cchan_port_channel_t *ch,
+                               unsigned long long expected, unsigned long long flushes,
+                               unsigned long long inbound) {
+    unsigned long long c[4];
+    pc_counters(ctx, ch, c);
+    GT_EXPECT(ctx, c[0] == expected && c[1] == flushes && c[2] == flushes && c[3] == inbound,
+              "%s: expected/flush_issued/flush_done/inbound = %llu/%llu/%llu/%llu, want "
+              "%llu/%llu/%llu/%llu",
+              what, c[0], c[1], c[2], c[3], expected, flushes, flushes, inbound);
+}
+
+/* Device-side status of port-channel calls: the first nonzero return is kept. */
+__device__ static inline void pc_note(unsigned long long *status, int st, uint32_t where) {
+    if (st != 0) atomicCAS(status, 0ull, ((unsigned long long)where << 32) | (uint32_t)st);
+}
+
+static void pc_expect_status(gt_ctx_t *ctx, const unsigned long long *dev_status,
+                             const char *what) {
+    unsigned long long st = 0;
+    GT_CUDA(cudaMemcpy(&st, dev_status, sizeof st, cudaMemcpyDeviceToHost));
+    GT_EXPECT(ctx, st == 0, "%s: a port-channel call returned %d (%s) at step 0x%llx", what,
+              (int)(uint32_t)st, cchan_strerror((int)(uint32_t)st), st >> 32);
+}
+
+/* ------------------------------------------------------------------ every operation, one thread */
+
+#define OPS_ITERS 70
+
+__host__ __device__ static inline void ops_geometry(int it, uint64_t *n, uint64_t *so,
+                                                    uint64_t *dof) {
+    const uint64_t sizes[8] = {1, 3, 17, 4095, 65537, GT_MiB + 7, 8 * GT_MiB + 1, 0};
+    *n = sizes[it % 8];
+    *so = 5 + (uint64_t)(it % 9) * 4096 + (uint64_t)(it % 3);
+    *dof = PC_GUARD + (uint64_t)((it * 13) % 128);
+}
+
+/* Thread 0 issues every form of request in turn (variant it % 6), then waits for the peer's data;
+ * the block checks it (ordering: visible when wait returns), re-poisons it and acks. */
+__global__ void k_pc_ops(cchan_port_channel_t ch, uint8_t *l, uint8_t *d, int rank, uint64_t tag,
+                         gt_result_t *r, unsigned long long *status) {
+    const uint32_t tid = threadIdx.x, nt = blockDim.x;
+    const int peer = rank ^ 1;
+    for (int it = 0; it < OPS_ITERS; it++) {
+        uint64_t n, so, dof;
+        ops_geometry(it, &n, &so, &dof);
+        gt_dev_fill(l + so, n, gt_seed(tag, rank, it), 0, tid, nt);
+        __syncthreads();
+        if (tid == 0) {
+            const uint32_t w = (uint32_t)it << 8;
+            switch (it % 6) {
+            case 0:
+                pc_note(status, cchan_port_channel_put(&ch, dof, so, n), w | 1);
+                pc_note(status, cchan_port_channel_signal(&ch), w | 2);
+                break;
+            case 1: pc_note(status, cchan_port_channel_put_signal(&ch, dof, so, n), w | 3); break;
+            case 2:
+                pc_note(status, cchan_port_channel_put_signal_flush(&ch, dof, so, n), w | 4);
+                break;
+            case 3: {
+                uint64_t half = n / 2;
+                pc_note(status, cchan_port_channel_put(&ch, dof, so, half), w | 5);
+                pc_note(status, cchan_port_channel_put(&ch, dof + half, so + half, n - half),
+                        w | 6);
+                pc_note(status, cchan_port_channel_signal(&ch), w | 7);
+                pc_note(status, cchan_port_channel_flush(&ch), w | 8);
+                break;
+            }
+            case 4:
+                pc_note(status, cchan_port_channel_put(&ch, dof, so, n), w | 9);
+                pc_note(status, cchan_port_channel_flush(&ch), w | 10);
+                pc_note(status, cchan_port_channel_signal(&ch), w | 11);
+                break;
+            default: { /* eight pieces, last first: one signal orders them all */
+                uint64_t piece = (n + 7) / 8;
+                for (int k = 7; k >= 0; k--) {
+                    uint64_t a = (uint64_t)k * piece;
+                    if (a >= n) continue;
+                    uint64_t len = n - a < piece ? n - a : piece;
+                    pc_note(status, cchan_port_channel_put(&ch, dof + a, so + a, len), w | 12);
+                }
+                pc_note(status, cchan_port_channel_signal(&ch), w | 13);
+                break;
+            }
+            }
+            pc_note(status, cchan_port_channel_wait(&ch), w | 14);
+        }
+        __syncthreads();
+        const uint64_t base = (uint64_t)it << 32;
+        gt_dev_check(d + dof, n, gt_seed(tag, peer, it), 0, base, tid, nt, r);
+        gt_dev_check_byte(d + dof - PC_GUARD, PC_GUARD, GT_POISON, base | 0x80000000u, tid, nt, r);
+        gt_dev_check_byte(d + dof + n, PC_GUARD, GT_POISON, base | 0x90000000u, tid, nt, r);
+        __syncthreads();
+        gt_dev_set(d + dof, n, GT_POISON, tid, nt);
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence_system();
+            pc_note(status, cchan_port_channel_signal(&ch), ((uint32_t)it << 8) | 15);
+            pc_note(status, cchan_port_channel_wait(&ch), ((uint32_t)it << 8) | 16);
+        }
+        __syncthreads();
+    }
+}
+
+static void case_ops_ordering(gt_ctx_t *ctx) {
+    const uint64_t tag = gt_hash_name("ops_ordering");
+    cchan_sem_set_t *set = pc_sems(ctx, 1);
+    cchan_port_channel_t ch = pc_channel(ctx, g_pc.proxy, set, 0);
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    gt_poison(ctx, g_pc.d, 16 * GT_MiB);
+    gt_result_reset(ctx);
+    GT_SYNC(ctx);
+    gt_barrier(ctx);
+    GT_LAUNCH(ctx, k_pc_ops, 1, 256, ch, g_pc.l, g_pc.d, ctx->rank, tag, ctx->res, status);
+    GT_SYNC(ctx);
+    gt_result_t r = gt_result_read(ctx);
+    if (r.errors)
+        gt_fail(ctx,
+                "%llu bad bytes after wait; first: iteration %llu (variant %llu), byte 0x%llx "
+                "(0x8/0x9 in bits 31..28: guard before/after)",
+                r.errors, r.first >> 32, (r.first >> 32) % 6, r.first & 0xffffffffull);
+    pc_expect_status(ctx, status, "ops");
+    /* Flushes: variants 2, 3 and 4 flush once each. */
+    unsigned long long flushes = 0;
+    for (int it = 0; it < OPS_ITERS; it++) flushes += (it % 6 >= 2 && it % 6 <= 4);
+    gt_barrier(ctx);
+    pc_expect_counters(ctx, "after the ops loop", &ch, 2 * OPS_ITERS, flushes, 2 * OPS_ITERS);
+    gt_check_buffer(ctx, g_pc.d, 16 * GT_MiB, 0, 0, 0, 0, "D after the loop (re-poisoned)");
+    GT_CUDA(cudaFree(status));
+}
+
+/* ------------------------------------------------------------------ poll */
+
+/* phase 0: poll before any signal; phase 1: three signals, flushed (so delivered); phase 2: four
+ * polls (1,1,1,0); phase 3: a signal and a wait, then a poll (0). Ranks meet between phases. */
+__global__ void k_pc_poll_phase(cchan_port_channel_t ch, int phase, unsigned long long *out) {
+    if (phase == 0) {
+        out[0] = (unsigned long long)cchan_port_channel_poll(&ch);
+    } else if (phase == 1) {
+        for (int i = 0; i < 3; i++)
+            out[1] |= (unsigned long long)(cchan_port_channel_signal(&ch) != 0);
+        out[1] |= (unsigned long long)(cchan_port_channel_flush(&ch) != 0)
+                  << 1; /* signals delivered */
+    } else if (phase == 2) {
+        for (int i = 0; i < 4; i++) out[2 + i] = (unsigned long long)cchan_port_channel_poll(&ch);
+        out[6] = *(volatile uint64_t *)ch.expected;
+    } else {
+        out[7] = (unsigned long long)cchan_port_channel_signal(&ch);
+        out[8] = (unsigned long long)cchan_port_channel_wait(&ch);
+        out[9] = (unsigned long long)cchan_port_channel_poll(&ch);
+        out[10] = *(volatile uint64_t *)ch.expected;
+    }
+}
+
+static void case_poll(gt_ctx_t *ctx) {
+    cchan_sem_set_t *set = pc_sems(ctx, 1);
+    cchan_port_channel_t ch = pc_channel(ctx, g_pc.proxy, set, 0);
+    unsigned long long *dev;
+    GT_CUDA(cudaMalloc((void **)&dev, 16 * sizeof *dev));
+    GT_CUDA(cudaMemset(dev, 0, 16 * sizeof *dev));
+    for (int phase = 0; phase < 4; phase++) {
+        GT_LAUNCH(ctx, k_pc_poll_phase, 1, 1, ch, phase, dev);
+        GT_SYNC(ctx);
+        gt_barrier(ctx);
+    }
+    unsigned long long o[16];
+    GT_CUDA(cudaMemcpy(o, dev, sizeof o, cudaMemcpyDeviceToHost));
+    GT_EXPECT(ctx, o[0] == 0, "poll before any signal returned %llu", o[0]);
+    GT_EXPECT(ctx, o[1] == 0, "signal/flush failed (bits %llu)", o[1]);
+    GT_EXPECT(ctx, o[2] == 1 && o[3] == 1 && o[4] == 1 && o[5] == 0,
+              "polls after 3 flushed signals returned %llu %llu %llu %llu, want 1 1 1 0", o[2],
+              o[3], o[4], o[5]);
+    GT_EXPECT(ctx, o[6] == 3, "expected after 3 polls: %llu", o[6]);
+    GT_EXPECT(ctx, o[7] == 0 && o[8] == 0, "signal/wait returned %llu/%llu", o[7], o[8]);
+    GT_EXPECT(ctx, o[9] == 0, "poll after the last wait returned %llu", o[9]);
+    GT_EXPECT(ctx, o[10] == 4, "final expected %llu, want 4", o[10]);
+    GT_CUDA(cudaFree(dev));
+}
+
+/* ------------------------------------------------------------------ flush, then overwrite */
+
+/* put, flush, then the block overwrites the source at once, last bytes first (the copy reads them
+ * last), then signal: the peer must have received the data from before the overwrite. */
+__global__ void k_pc_flush_overwrite(cchan_port_channel_t ch, uint8_t *l, uint64_t dof, uint64_t so,
+                                     uint64_t n, uint64_t seed_after, unsigned long long *status) {
+    const uint32_t tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) {
+        pc_note(status, cchan_port_channel_put(&ch, dof, so, n), 1);
+        pc_note(status, cchan_port_channel_flush(&ch), 2);
+    }
+    __syncthreads();
+    for (uint64_t k = tid; k < n; k += nt) {
+        uint64_t i = so + n - 1 - k;
+        l[i] = gt_pattern_byte(seed_after, i);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence_system();
+        pc_note(status, cchan_port_channel_signal(&ch), 3);
+        pc_note(status, cchan_port_channel_wait(&ch), 4);
+    }
+}
+
+static void case_flush_overwrite(gt_ctx_t *ctx) {
+    static const uint64_t sizes[] = {
+        1, 4097, 64 * GT_KiB + 3, 16 * GT_MiB + 1, 256 * GT_MiB + 5, GT_GiB};
+    const uint64_t tag = gt_hash_name("flush_overwrite");
+    const int peer = gt_peer(ctx);
+    cchan_sem_set_t *set = pc_sems(ctx, 1);
+    cchan_port_channel_t ch = pc_channel(ctx, g_pc.proxy, set, 0);
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    int ok = 1;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0] && ok; si++) {
+        for (int rep = 0; rep < 2 && ok; rep++) {
+            const uint64_t n = sizes[si], so = 3 + 1024 * (uint64_t)rep, dof = 4096 + 7;
+            const uint64_t it = si * 2 + rep;
+            const uint64_t before = gt_seed(tag, ctx->rank, it),
+                           after = gt_seed(tag + 1, ctx->rank, it);
+            gt_fill(ctx, g_pc.l, so + n + 8, before);
+            gt_poison(ctx, g_pc.d, dof + n + 2 * GT_MiB);
+            GT_SYNC(ctx);
+            gt_barrier(ctx);
+            GT_LAUNCH(ctx, k_pc_flush_overwrite, 1, 1024, ch, g_pc.l, dof, so, n, after, status);
+            GT_SYNC(ctx);
+            gt_barrier(ctx);
+            char what[128];
+            snprintf(what, sizeof what, "put of %llu bytes, flush, overwrite of the source",
+                     (unsigned long long)n);
+            gt_check_buffer(ctx, g_pc.d, dof + n + 2 * GT_MiB, dof, n, gt_seed(tag, peer, it), so,
+                            what);
+            /* The overwrite did happen (else the case proves nothing). */
+            uint8_t last = 0;
+            GT_CUDA(cudaMemcpy(&last, g_pc.l + so + n - 1, 1, cudaMemcpyDeviceToHost));
+            GT_EXPECT(ctx, last == gt_pattern_byte(after, so + n - 1),
+                      "source was not overwritten");
+            ok = gt_all_ok(ctx); /* stop together at the first failure on either rank */
+        }
+    }
+    pc_expect_status(ctx, status, "flush_overwrite");
+    GT_CUDA(cudaFree(status));
+}
+
+/* ------------------------------------------------------------------ 1 byte to 4 GiB + 4 KiB */
+
+__global__ void k_pc_put_one(cchan_port_channel_t ch, uint64_t dof, uint64_t so, uint64_t n,
+                             int fused, unsigned long long *status) {
+    if (fused) {
+        pc_note(status, cchan_port_channel_put_signal(&ch, dof, so, n), 1);
+    } else {
+        pc_note(status, cchan_port_channel_put(&ch, dof, so, n), 2);
+        pc_note(status, cchan_port_channel_signal(&ch), 3);
+    }
+    pc_note(status, cchan_port_channel_wait(&ch), 4);
+    pc_note(status, cchan_port_channel_flush(&ch), 5);
+}
+
+static void case_put_sizes(gt_ctx_t *ctx) {
+    typedef struct {
+        uint64_t n, so, dof;
+    } put_t;
+    static const put_t puts[] = {
+        {1, 0, 0},
+        {1, 7, 3},
+        {3, 3, 7},
+        {17, 4097, 13},
+        {4095, 0, 0},
+        {4095, 1, 2},
+        {65537, 4096 + 1, 13},
+        {GT_MiB + 7, 0, 0},
+        {GT_MiB + 7, 5, 11},
+        {64 * GT_MiB + 1, 3, 7},
+        {GT_GiB, 0, 0},
+        {GT_GiB + 3, GT_MiB + 5, 3},
+        {2 * GT_GiB, 0, 0}, /* exactly one maximal trigger */
+        {2 * GT_GiB + 1, 7, 0},
+        {4 * GT_GiB + 4 * GT_KiB, 0, 0},
+        {4 * GT_GiB + 4 * GT_KiB, GT_MiB + 5, 3},
+        /* offsets beyond 4 GiB on both sides */
+        {GT_MiB - 3, 4 * GT_GiB + 2 * GT_MiB + 1, 4 * GT_GiB + GT_MiB + 3},
+    };
+    const uint64_t tag = gt_hash_name("put_sizes");
+    const int peer = gt_peer(ctx);
+    cchan_sem_set_t *set = pc_sems(ctx, 1);
+    cchan_port_channel_t ch = pc_channel(ctx, g_pc.proxy, set, 0);
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    int ok = 1;
+    for (size_t k = 0; k < sizeof puts / sizeof puts[0] && ok; k++) {
+        const put_t p = puts[k];
+        uint64_t my_seed = gt_seed(tag, ctx->rank, k), peer_seed = gt_seed(tag, peer, k);
+        gt_fill(ctx, g_pc.l, PC_BUF_BYTES, my_seed);
+        gt_poison(ctx, g_pc.d, PC_BUF_BYTES);
+        GT_SYNC(ctx);
+        gt_barrier(ctx);
+        double t0 = gt_now_ms();
+        GT_LAUNCH(ctx, k_pc_put_one, 1, 1, ch, p.dof, p.so, p.n, (int)(k & 1), status);
+        GT_SYNC(ctx);
+        double ms = gt_now_ms() - t0;
+        gt_barrier(ctx);
+        char what[160];
+        snprintf(what, sizeof what, "%s of %llu bytes, src offset %llu, dst offset %llu",
+                 (k & 1) ? "put_signal" : "put+signal", (unsigned long long)p.n,
+                 (unsigned long long)p.so, (unsigned long long)p.dof);
+        gt_check_buffer(ctx, g_pc.d, PC_BUF_BYTES, p.dof, p.n, peer_seed, p.so, what);
+        if (ctx->rank == 0 && p.n >= GT_GiB)
+            gt_log(ctx,
+                   "put_sizes: %s: %.2f ms (%.0f GB/s, both directions at once; includes "
+                   "launch and signal)",
+                   what, ms, (double)p.n / (ms * 1e6));
+        ok = gt_all_ok(ctx); /* stop together at the first failure on either rank */
+    }
+    pc_expect_status(ctx, status, "put_sizes");
+    GT_CUDA(cudaFree(status));
+}
+
+/* ------------------------------------------------------------------ several channels, one proxy */
+
+#define MCH_CHANNELS 8
+#define MCH_ITERS 100
+#define MCH_STRIDE (8 * GT_MiB)
+
+__host__ __device__ static inline void mch_geometry(uint32_t c, int it, uint64_t *off,
+                                                    uint64_t *n) {
+    const uint64_t sizes[4] = {1, 4097, 65537, GT_MiB + 3};
+    *off = (uint64_t)c * MCH_STRIDE + PC_GUARD + c;
+    *n = sizes[(it + c) % 4];
+}
+
+/* Block c drives channel c: put_signal (every 10th: put_signal_flush), wait for the peer's block c,
+ * check, re-poison, ack. Eight producers share the proxy's FIFO; each channel's order must hold. */
+__global__ void k_pc_multi(const cchan_port_channel_t *chs, uint8_t *l, uint8_t *d, int rank,
+                           uint64_t tag, gt_result_t *r, unsigned long long *status) {
+    const uint32_t c = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+    const cchan_port_channel_t ch = chs[c];
+    const int peer = rank ^ 1;
+    for (int it = 0; it < MCH_ITERS; it++) {
+        uint64_t off, n;
+        mch_geometry(c, it, &off, &n);
+        gt_dev_fill(l + off, n, gt_seed(tag, rank, (uint64_t)it * 64 + c), 0, tid, nt);
+        __syncthreads();
+        if (tid == 0) {
+            if (it % 10 == 9)
+                pc_note(status, cchan_port_channel_put_signal_flush(&ch, off, off, n),
+                        (c << 8) | 1);
+            else
+                pc_note(status, cchan_port_channel_put_signal(&ch, off, off, n), (c << 8) | 2);
+            pc_note(status, cchan_port_channel_wait(&ch), (c << 8) | 3);
+        }
+        __syncthreads();
+        const uint64_t base = ((uint64_t)c << 48) | ((uint64_t)it << 32);
+        gt_dev_check(d + off, n, gt_seed(tag, peer, (uint64_t)it * 64 + c), 0, base, tid, nt, r);
+        gt_dev_check_byte(d + off - 16, 16, GT_POISON, base | 0x80000000u, tid, nt, r);
+        gt_dev_check_byte(d + off + n, 16, GT_POISON, base | 0x90000000u, tid, nt, r);
+        __syncthreads();
+        gt_dev_set(d + off, n, GT_POISON, tid, nt);
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence_system();
+            pc_note(status, cchan_port_channel_signal(&ch), (c << 8) | 4);
+            pc_note(status, cchan_port_channel_wait(&ch), (c << 8) | 5);
+        }
+        __syncthreads();
+    }
+}
+
+static void case_multi_channel(gt_ctx_t *ctx) {
+    const uint64_t tag = gt_hash_name("multi_channel");
+    cchan_sem_set_t *set = pc_sems(ctx, MCH_CHANNELS);
+    cchan_port_channel_t hch[MCH_CHANNELS], *dch;
+    for (int c = 0; c < MCH_CHANNELS; c++) hch[c] = pc_channel(ctx, g_pc.proxy, set, c);
+    GT_CUDA(cudaMalloc((void **)&dch, sizeof hch));
+    GT_CUDA(cudaMemcpy(dch, hch, sizeof hch, cudaMemcpyHostToDevice));
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    gt_poison(ctx, g_pc.d, (MCH_CHANNELS + 1) * MCH_STRIDE);
+    gt_result_reset(ctx);
+    GT_SYNC(ctx);
+    gt_barrier(ctx);
+    GT_LAUNCH(ctx, k_pc_multi, MCH_CHANNELS, 256, dch, g_pc.l, g_pc.d, ctx->rank, tag, ctx->res,
+              status);
+    GT_SYNC(ctx);
+    gt_result_t r = gt_result_read(ctx);
+    if (r.errors)
+        gt_fail(ctx,
+                "%llu bad bytes; first: channel %llu, iteration %llu, byte 0x%llx (0x8/0x9 in "
+                "bits 31..28: guard before/after)",
+                r.errors, r.first >> 48, (r.first >> 32) & 0xffff, r.first & 0xffffffffull);
+    pc_expect_status(ctx, status, "multi_channel");
+    gt_barrier(ctx);
+    for (int c = 0; c < MCH_CHANNELS && ctx->case_ok; c++) {
+        char what[64];
+        snprintf(what, sizeof what, "channel %d", c);
+        pc_expect_counters(ctx, what, &hch[c], 2 * MCH_ITERS, MCH_ITERS / 10, 2 * MCH_ITERS);
+    }
+    GT_CUDA(cudaFree(dch));
+    GT_CUDA(cudaFree(status));
+}
+
+/* ------------------------------------------------------------------ a ring of 4 slots */
+
+#define RING_SLOTS 4
+#define RING_CHANNELS 4
+#define RING_REQUESTS 25000 /* per channel: 10^5 requests per rank in all */
+#define RING_SIGNALS (RING_REQUESTS - (RING_REQUESTS + 3) / 4)
+
+/* Blocks 0..3: thread 0 pushes RING_REQUESTS requests on channel b (every 4th a 64-byte put, the
+ * rest signals), then flushes. Blocks 4..7: thread 0 waits for every signal of channel b - 4. */
+__global__ void k_pc_ring(const cchan_port_channel_t *chs, unsigned long long *status) {
+    if (threadIdx.x != 0) return;
+    const uint32_t b = blockIdx.x;
+    if (b < RING_CHANNELS) {
+        const cchan_port_channel_t ch = chs[b];
+        for (uint32_t k = 0; k < RING_REQUESTS; k++) {
+            if (k % 4 == 0) {
+                uint64_t off = (uint64_t)b * 4096 + ((k / 4) % 64) * 64;
+                pc_note(status, cchan_port_channel_put(&ch, off, off, 64), (b << 8) | 1);
+            } else {
+                pc_note(status, cchan_port_channel_signal(&ch), (b << 8) | 2);
+            }
+        }
+        pc_note(status, cchan_port_channel_flush(&ch), (b << 8) | 3);
+    } else {
+        const cchan_port_channel_t ch = chs[b - RING_CHANNELS];
+        for (uint32_t s = 0; s < RING_SIGNALS; s++)
+            pc_note(status, cchan_port_channel_wait(&ch), (b << 8) | 4);
+    }
+}
+
+static void case_ring4(gt_ctx_t *ctx) {
+    const uint64_t tag = gt_hash_name("ring4");
+    cchan_proxy_config_t cfg = CCHAN_PROXY_CONFIG_INIT;
+    cfg.fifo_slots = RING_SLOTS;
+    cchan_proxy_t *proxy;
+    GT_CCHAN(cchan_proxy_create(ctx->comm, &cfg, &proxy));
+    GT_CCHAN(cchan_proxy_start(proxy));
+    cchan_sem_set_t *set = pc_sems(ctx, RING_CHANNELS);
+    cchan_port_channel_t hch[RING_CHANNELS], *dch;
+    for (int c = 0; c < RING_CHANNELS; c++) hch[c] = pc_channel(ctx, proxy, set, c);
+    GT_EXPECT(ctx, hch[0].fifo.size == RING_SLOTS, "FIFO has %u slots, asked for %d",
+              hch[0].fifo.size, RING_SLOTS);
+    GT_CUDA(cudaMalloc((void **)&dch, sizeof hch));
+    GT_CUDA(cudaMemcpy(dch, hch, sizeof hch, cudaMemcpyHostToDevice));
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    const uint64_t region = RING_CHANNELS * 4096;
+    gt_fill(ctx, g_pc.l, region, gt_seed(tag, ctx->rank, 0));
+    gt_poison(ctx, g_pc.d, region + GT_MiB);
+    GT_SYNC(ctx);
+    gt_barrier(ctx);
+    double t0 = gt_now_ms();
+    GT_LAUNCH(ctx, k_pc_ring, 2 * RING_CHANNELS, 32, dch, status);
+    GT_SYNC(ctx);
+    double ms = gt_now_ms() - t0;
+    gt_barrier(ctx);
+    pc_expect_status(ctx, status, "ring4");
+    gt_check_buffer(ctx, g_pc.d, region + GT_MiB, 0, region, gt_seed(tag, gt_peer(ctx), 0), 0,
+                    "puts through the 4-slot ring");
+    for (int c = 0; c < RING_CHANNELS && ctx->case_ok; c++) {
+        char what[64];
+        snprintf(what, sizeof what, "ring channel %d", c);
+        pc_expect_counters(ctx, what, &hch[c], RING_SIGNALS, 1, RING_SIGNALS);
+    }
+    if (ctx->rank == 0)
+        gt_log(ctx,
+               "ring4: %d requests per rank through a %d-slot FIFO in %.1f ms (%.2f M requests/s)",
+               RING_CHANNELS * RING_REQUESTS, RING_SLOTS, ms,
+               RING_CHANNELS * RING_REQUESTS / (ms * 1e3));
+    gt_barrier(ctx);
+    int st = cchan_proxy_stop(proxy, 10000);
+    GT_EXPECT(ctx, st == 0, "cchan_proxy_stop of the ring's proxy = %d (%s): %s", st,
+              cchan_strerror(st), cchan_last_error());
+    GT_CCHAN(cchan_proxy_destroy(proxy));
+    GT_CUDA(cudaFree(dch));
+    GT_CUDA(cudaFree(status));
+}
+
+/* ------------------------------------------------------------------ CUDA graph replay */
+
+#define GR_REPLAYS 1000
+#define GR_N (65536 + 7)
+#define GR_SO 5u
+#define GR_DO (PC_GUARD + 3u)
+
+/* One replay: fill, put_signal, wait for the peer's data, check it, re-poison, signal/wait as the
+ * ack, flush, count the replay (the counter lives in device memory). */
+__global__ void k_pc_graph(cchan_port_channel_t ch, uint8_t *l, uint8_t *d,
+                           unsigned long long *replays, int rank, uint64_t tag, gt_result_t *r,
+                           unsigned long long *status) {
+    const uint32_t tid = threadIdx.x, nt = blockDim.x;
+    const uint64_t i = *(volatile unsigned long long *)replays;
+    const int peer = rank ^ 1;
+    gt_dev_fill(l + GR_SO, GR_N, gt_seed(tag, rank, i), 0, tid, nt);
+    __syncthreads();
+    if (tid == 0) {
+        pc_note(status, cchan_port_channel_put_signal(&ch, GR_DO, GR_SO, GR_N), 1);
+        pc_note(status, cchan_port_channel_wait(&ch), 2);
+    }
+    __syncthreads();
+    gt_dev_check(d + GR_DO, GR_N, gt_seed(tag, peer, i), 0, i << 32, tid, nt, r);
+    gt_dev_check_byte(d + GR_DO - PC_GUARD, PC_GUARD, GT_POISON, (i << 32) | 0x80000000u, tid, nt,
+                      r);
+    gt_dev_check_byte(d + GR_DO + GR_N, PC_GUARD, GT_POISON, (i << 32) | 0x90000000u, tid, nt, r);
+    __syncthreads();
+    gt_dev_set(d + GR_DO, GR_N, GT_POISON, tid, nt);
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence_system();
+        pc_note(status, cchan_port_channel_signal(&ch), 3);
+        pc_note(status, cchan_port_channel_wait(&ch), 4);
+        pc_note(status, cchan_port_channel_flush(&ch), 5);
+        *replays = i + 1;
+    }
+}
+
+static void case_graph_replay(gt_ctx_t *ctx) {
+    const uint64_t tag = gt_hash_name("graph_replay");
+    cchan_sem_set_t *set = pc_sems(ctx, 1);
+    cchan_port_channel_t ch = pc_channel(ctx, g_pc.proxy, set, 0);
+    unsigned long long *replays, *status;
+    GT_CUDA(cudaMalloc((void **)&replays, sizeof *replays));
+    GT_CUDA(cudaMemset(replays, 0, sizeof *replays));
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    gt_poison(ctx, g_pc.d, 2 * GT_MiB);
+    gt_result_reset(ctx);
+    GT_SYNC(ctx);
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    GT_CUDA(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
+    k_pc_graph<<<1, 512, 0, ctx->stream>>>(ch, g_pc.l, g_pc.d, replays, ctx->rank, tag, ctx->res,
+                                           status);
+    cudaError_t launch_err = cudaGetLastError();
+    GT_CUDA(cudaStreamEndCapture(ctx->stream, &graph));
+    GT_CUDA(launch_err);
+    GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    gt_barrier(ctx);
+    double t0 = gt_now_ms();
+    for (int k = 0; k < GR_REPLAYS; k++) GT_CUDA(cudaGraphLaunch(exec, ctx->stream));
+    GT_SYNC(ctx);
+    double ms = gt_now_ms() - t0;
+
+    gt_result_t r = gt_result_read(ctx);
+    if (r.errors)
+        gt_fail(ctx,
+                "%llu bad bytes; first: replay %llu, byte 0x%llx (0x8/0x9 in bits 31..28: "
+                "guard before/after)",
+                r.errors, r.first >> 32, r.first & 0xffffffffull);
+    pc_expect_status(ctx, status, "graph replay");
+    unsigned long long n = 0;
+    GT_CUDA(cudaMemcpy(&n, replays, sizeof n, cudaMemcpyDeviceToHost));
+    GT_EXPECT(ctx, n == GR_REPLAYS, "replay counter %llu, want %d", n, GR_REPLAYS);
+    gt_barrier(ctx);
+    pc_expect_counters(ctx, "after 1000 replays", &ch, 2 * GR_REPLAYS, GR_REPLAYS, 2 * GR_REPLAYS);
+    gt_check_buffer(ctx, g_pc.d, 2 * GT_MiB, 0, 0, 0, 0, "D after the last replay (re-poisoned)");
+    if (ctx->rank == 0) gt_log(ctx, "graph_replay: %d replays in %.1f ms", GR_REPLAYS, ms);
+    GT_CUDA(cudaGraphExecDestroy(exec));
+    GT_CUDA(cudaGraphDestroy(graph));
+    GT_CUDA(cudaFree(replays));
+    GT_CUDA(cudaFree(status));
+}
+
+/* ------------------------------------------------------------------ a wait that times out
+ *
+ * In child processes (a trap ends the CUDA context): rank 0's child waits on a port channel whose
+ * peer never signals; the kernel must trap at the deadline and cchan_comm_check_device() name it.
+ */
+
+#define TO_DEADLINE_MS 2000u
+
+__global__ void k_to_port_wait(cchan_port_channel_t ch) { cchan_port_channel_wait(&ch); }
+
+/* argv: self --gt-child port_wait RANK DEVICE HEXID */
+static int timeout_child_main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 6) {
+        printf("GT-CHILD error=usage\n");
+        return 2;
+    }
+    int rank = atoi(argv[3]), dev = atoi(argv[4]);
+    cchan_unique_id_t id;
+    if (gt_hex_decode(argv[5], id.internal, sizeof id.internal)) {
+        printf("GT-CHILD error=bad id\n");
+        return 2;
+    }
+#define CHILD_CHECK(call)                                                                          \
+    do {                                                                                           \
+        int s_ = (call);                                                                           \
+        if (s_ < 0) {                                                                              \
+            printf("GT-CHILD error=%s = %d (%s): %s\n", #call, s_, cchan_strerror(s_),             \
+                   cchan_last_error());                                                            \
+            fflush(stdout);                                                                        \
+            _exit(3);                                                                              \
+        }                                                                                          \
+    } while (0)
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        printf("GT-CHILD error=cudaSetDevice\n");
+        return 3;
+    }
+    cchan_bootstrap_t *bs;
+    CHILD_CHECK(cchan_bootstrap_create(&id, rank, 2, &bs));
+    cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
+    cfg.platform = CCHAN_PLATFORM_CUDA;
+    cfg.device = dev;
+    cfg.timeout_ms = TO_DEADLINE_MS;
+    cchan_comm_t *comm;
+    CHILD_CHECK(cchan_comm_create(bs, &cfg, &comm));
+    CHILD_CHECK(cchan_comm_set_timeout_ms(comm, TO_DEADLINE_MS));
+    cchan_mem_t *buf, *peers[2];
+    CHILD_CHECK(cchan_mem_alloc(comm, 2 * GT_MiB, 0, &buf));
+    CHILD_CHECK(cchan_mem_exchange(comm, buf, peers));
+    cchan_sem_set_t *set;
+    CHILD_CHECK(cchan_sem_set_create(comm, 1, CCHAN_SEM_HOST_MAPPED, &set));
+    cchan_proxy_t *proxy;
+    CHILD_CHECK(cchan_proxy_create(comm, NULL, &proxy));
+    CHILD_CHECK(cchan_proxy_start(proxy));
+    cchan_port_channel_t ch;
+    CHILD_CHECK(cchan_port_channel_create(proxy, CCHAN_TRANSPORT_DMA, set, rank ^ 1, 0,
+                                          peers[rank ^ 1], buf, &ch));
+    CHILD_CHECK(cchan_bootstrap_barrier(bs));
+    if (rank == 0) {
+        printf("GT-CHILD launched kind=port_wait deadline_ms=%u\n", TO_DEADLINE_MS);
+        double t0 = gt_now_ms();
+        k_to_port_wait<<<1, 1>>>(ch);
+        cudaError_t le = cudaGetLastError();
+        cudaError_t se = cudaDeviceSynchronize();
+        double ms = gt_now_ms() - t0;
+        printf("GT-CHILD launch=%s\n", cudaGetErrorName(le));
+        printf("GT-CHILD sync=%s\n", cudaGetErrorName(se));
+        printf("GT-CHILD elapsed_ms=%.0f\n", ms);
+        int st = cchan_comm_check_device(comm);
+        printf("GT-CHILD check_device=%d\n", st);
+        printf("GT-CHILD diag=%s\n", st ? cchan_last_error() : "");
+    }
+    CHILD_CHECK(cchan_bootstrap_barrier(bs));
+    fflush(stdout);
+    _exit(0); /* rank 0's CUDA context is gone: no orderly teardown */
+#undef CHILD_CHECK
+}
+
+static void case_wait_timeout(gt_ctx_t *ctx) {
+    static const char *const want[] = {"timed out", "semaphore", "peer 1", "expected 1",
+                                       "observed 0"};
+    cchan_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    if (ctx->rank == 0) {
+        unsetenv("CCHAN_BOOTSTRAP_PORT"); /* the children need a port of their own */
+        GT_CCHAN(cchan_get_unique_id(&id));
+    }
+    cchan_unique_id_t ids[2];
+    gt_allgather(ctx, &id, ids, sizeof id);
+    char hex[2 * sizeof id.internal + 1], rank_s[16], dev_s[16];
+    gt_hex_encode(ids[0].internal, sizeof ids[0].internal, hex);
+    snprintf(rank_s, sizeof rank_s, "%d", ctx->rank);
+    snprintf(dev_s, sizeof dev_s, "%d", ctx->device);
+    char exe[] = "/proc/self/exe", mode[] = "--gt-child", kind[] = "port_wait";
+    char *argv[] = {exe, mode, kind, rank_s, dev_s, hex, NULL};
+    gt_child_t *c = (gt_child_t *)malloc(sizeof *c);
+    /* Below the bootstrap's 30 s receive timeout (see test_memory_channel_gpu.cu). */
+    int rc = gt_spawn_capture(argv, 25, c);
+    if (rc) {
+        gt_fail(ctx, "spawning the child failed: %s", strerror(-rc));
+        free(c);
+        return;
+    }
+    gt_log_child(ctx, "child", c);
+    GT_EXPECT(ctx, c->exited && c->exit_code == 0, "child %s with code %d after %.0f ms",
+              c->exited ? "exited" : "was killed", c->exit_code, c->elapsed_ms);
+    if (ctx->rank == 0) {
+        char sync[128], el[64], st[64], diag[2048];
+        const char *s_sync = gt_child_field(c, "GT-CHILD sync=", sync, sizeof sync);
+        const char *s_el = gt_child_field(c, "GT-CHILD elapsed_ms=", el, sizeof el);
+        const char *s_st = gt_child_field(c, "GT-CHILD check_device=", st, sizeof st);
+        const char *s_diag = gt_child_field(c, "GT-CHILD diag=", diag, sizeof diag);
+        GT_EXPECT(ctx, s_sync && strcmp(s_sync, "cudaSuccess") != 0,
+                  "the waiting kernel did not fail (sync=%s)", s_sync ? s_sync : "(none)");
+        double ms = s_el ? atof(s_el) : -1;
+        GT_EXPECT(ctx, ms >= 0.9 * TO_DEADLINE_MS && ms <= TO_DEADLINE_MS + 20000.0,
+                  "the kernel failed after %.0f ms; deadline %u ms", ms, TO_DEADLINE_MS);
+        GT_EXPECT(ctx, s_st && atoi(s_st) == CCHAN_ERR_DEVICE_TIMEOUT,
+                  "cchan_comm_check_device returned %s, want %d (CCHAN_ERR_DEVICE_TIMEOUT)",
+                  s_st ? s_st : "(none)", CCHAN_ERR_DEVICE_TIMEOUT);
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+            GT_EXPECT(ctx, s_diag && strstr(s_diag, want[k]),
+                      "diagnostic lacks \"%s\": \"%.1000s\"", want[k], s_diag ? s_diag : "(none)");
+        if (s_diag) gt_log(ctx, "port wait diagnostic after %.0f ms: %s", ms, s_diag);
+    }
+    free(c);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void pc_setup(gt_ctx_t *ctx) {
+    GT_CCHAN(cchan_mem_alloc(ctx->comm, PC_BUF_BYTES, 0, &g_pc.L));
+    GT_CCHAN(cchan_mem_alloc(ctx->comm, PC_BUF_BYTES, 0, &g_pc.D));
+    GT_CCHAN(cchan_mem_exchange(ctx->comm, g_pc.D, g_pc.peerD));
+    g_pc.l = (uint8_t *)gt_mem_ptr(g_pc.L);
+    g_pc.d = (uint8_t *)gt_mem_ptr(g_pc.D);
+    cchan_proxy_config_t cfg = CCHAN_PROXY_CONFIG_INIT;
+    GT_CCHAN(cchan_proxy_create(ctx->comm, &cfg, &g_pc.proxy));
+    GT_CCHAN(cchan_proxy_start(g_pc.proxy));
+}
+
+static void pc_teardown(gt_ctx_t *ctx) {
+    gt_barrier(ctx);
+    int st = cchan_proxy_stop(g_pc.proxy, 10000);
+    if (st != 0) {
+        gt_log(ctx, "cchan_proxy_stop = %d (%s): %s", st, cchan_strerror(st), cchan_last_error());
+        ctx->failed++;
+    }
+    GT_CCHAN(cchan_proxy_destroy(g_pc.proxy));
+    gt_barrier(ctx);
+    for (int i = 0; i < g_pc.nsets; i++) GT_CCHAN(cchan_sem_set_destroy(g_pc.sets[i]));
+    GT_CCHAN(cchan_mem_destroy(g_pc.peerD[gt_peer(ctx)]));
+    gt_barrier(ctx);
+    GT_CCHAN(cchan_mem_destroy(g_pc.L));
+    GT_CCHAN(cchan_mem_destroy(g_pc.D));
+}
+
+static void pc_cases(gt_ctx_t *ctx) {
+    gt_run(ctx, "ops_ordering", case_ops_ordering, 120);
+    gt_run(ctx, "poll", case_poll, 60);
+    gt_run(ctx, "flush_overwrite", case_flush_overwrite, 180);
+    gt_run(ctx, "put_sizes", case_put_sizes, 300);
+    gt_run(ctx, "multi_channel", case_multi_channel, 120);
+    gt_run(ctx, "ring4", case_ring4, 180);
+    gt_run(ctx, "graph_replay_1000", case_graph_replay, 120);
+    gt_run(ctx, "wait_timeout", case_wait_timeout, 120);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--gt-child")) return timeout_child_main(argc, argv);
+    gt_ctx_t ctx;
+    gt_init(&ctx, "test_port_channel_gpu", argc, argv);
+    if (ctx.list_only) {
+        pc_cases(&ctx);
+        return 0;
+    }
+    pc_setup(&ctx);
+    pc_cases(&ctx);
+    pc_teardown(&ctx);
+    return gt_finish(&ctx);
+}
