@@ -731,6 +731,10 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
     g->rec_cap = optin / (int)sizeof(uint64_t) - 2;
     CK(cudaFuncSetAttribute(k_sem_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CK(cudaFuncSetAttribute(k_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CK(cudaFuncSetAttribute(k_red_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
+    CK(cudaFuncSetAttribute(k_ll8_word_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
     CK(cudaFuncSetAttribute(k_ll_pingpong<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
     CK(cudaFuncSetAttribute(k_ll_pingpong<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1170,6 +1174,31 @@ static void run_mem_lat(gpu_t *g) {
             },
             &row.value);
         cb_lat_row(ctx, &row);
+        /* The same kernel on the store path (what PCIe peers without peer atomics use): the
+         * handle's outbound counter set, continuing from the count already in the peer's counter. */
+        {
+            cb_row_t st_row;
+            row_init(&st_row, "mem-lat", "signal-wait-store-path", "raw-flag", "ns", 0, 1, 1);
+            st_row.base = row.base;
+            uint64_t *d_out = NULL;
+            cchan_memory_channel_t sch = ch;
+            if (in_pair(g)) {
+                CK(cudaMalloc(&d_out, sizeof *d_out));
+                CK(cudaMemcpy(d_out, ch.sem.remote_inbound, sizeof *d_out, cudaMemcpyDefault));
+                sch.sem.outbound = d_out;
+            }
+            pingpong(
+                g, 1, iters, 0.5, "signal ping-pong, store path",
+                [&](int initiator, int rec, size_t smem) {
+                    k_sem_pingpong<<<1, 1, smem, g->s>>>(sch, initiator, warm, iters, rec,
+                                                         g->d_ts);
+                },
+                &st_row.value);
+            if (d_out) CK(cudaFree(d_out));
+            cb_printf(ctx, "#   the same with signals stored from an outbound count (the path for "
+                           "peers without native atomics):\n");
+            cb_lat_row(ctx, &st_row);
+        }
         /* For scale: what the fences cost here (a relaxed flag orders nothing; it is no signal). */
         cb_row_t rel;
         row_init(&rel, "mem-lat", "relaxed-flag", "raw-flag", "ns", 0, 1, 1);

@@ -14,7 +14,7 @@
 # Environment: BUILD (build), JOBS (nproc), CMAKE_ARGS (added to every configure),
 #              CCHAN_STAGES (default "main asan tsan"), CTEST_ARGS (added to every ctest run).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # Under `make test` the builds below are not sub-makes of it (no "Entering directory" noise, no
 # jobserver sharing): JOBS sets their parallelism.
 unset MAKEFLAGS MFLAGS MAKELEVEL

@@ -65,7 +65,8 @@ static void save_current_input(void) {
     char path[4096], num[32];
     int n = 0;
     uint64_t v = current_index;
-    do num[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    do num[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
     size_t len = strlen(artifact_prefix);
     if (len + 6 + (size_t)n + 1 > sizeof(path)) return;
     memcpy(path, artifact_prefix, len);
@@ -111,8 +112,10 @@ static void run_one(const uint8_t *src, size_t size, uint64_t index) {
     running = 0;
     free(copy);
     if (r != 0 && r != -1) {
-        fprintf(stderr, "cchan fuzz driver: LLVMFuzzerTestOneInput returned %d on input #%llu "
-                        "(only 0 and -1 are allowed)\n", r, (unsigned long long)index);
+        fprintf(stderr,
+                "cchan fuzz driver: LLVMFuzzerTestOneInput returned %d on input #%llu "
+                "(only 0 and -1 are allowed)\n",
+                r, (unsigned long long)index);
         exit(1);
     }
 }
@@ -175,11 +178,39 @@ static void load_seeds(const char *path, input_t **seeds, size_t *nseeds) {
     free(names);
 }
 
-static const uint64_t interesting[] = {
-    0, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1023, 1024, 4095,
-    4096, 65535, 65536, 0x7fffffffull, 0x80000000ull, 0xffffffffull, 0x100000000ull,
-    0x7fffffffffffffffull, 0x8000000000000000ull, 0xffffffffffffffffull, 0xfffffffffffffffeull,
-};
+static const uint64_t interesting[] = {0,
+                                       1,
+                                       2,
+                                       3,
+                                       4,
+                                       7,
+                                       8,
+                                       15,
+                                       16,
+                                       31,
+                                       32,
+                                       63,
+                                       64,
+                                       127,
+                                       128,
+                                       255,
+                                       256,
+                                       511,
+                                       512,
+                                       1023,
+                                       1024,
+                                       4095,
+                                       4096,
+                                       65535,
+                                       65536,
+                                       0x7fffffffull,
+                                       0x80000000ull,
+                                       0xffffffffull,
+                                       0x100000000ull,
+                                       0x7fffffffffffffffull,
+                                       0x8000000000000000ull,
+                                       0xffffffffffffffffull,
+                                       0xfffffffffffffffeull};
 
 /* One mutation of buf[0..*size) in place; buf has room for max_len bytes. */
 static void mutate(uint8_t *buf, size_t *size, size_t max_len, const input_t *pool, size_t npool) {
@@ -215,9 +246,7 @@ static void mutate(uint8_t *buf, size_t *size, size_t max_len, const input_t *po
         *size = n + len;
         break;
     }
-    case 5: /* truncate */
-        *size = rng_below(n + 1);
-        break;
+    case 5: /* truncate */ *size = rng_below(n + 1); break;
     case 6: { /* splice: overwrite a range with bytes of another input */
         if (!npool || !n) break;
         const input_t *o = &pool[rng_below(npool)];
@@ -253,13 +282,20 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long long v;
-        if ((v = arg_value(a, "-runs")) >= 0) runs = v;
-        else if ((v = arg_value(a, "-max_total_time")) >= 0) max_time = v;
-        else if ((v = arg_value(a, "-seed")) >= 0) seed = v;
-        else if ((v = arg_value(a, "-max_len")) >= 0) max_len = v > 0 ? v : 1;
-        else if (strncmp(a, "-artifact_prefix=", 17) == 0) artifact_prefix = a + 17;
-        else if (a[0] == '-') fprintf(stderr, "cchan fuzz driver: ignoring option %s\n", a);
-        else load_seeds(a, &seeds, &nseeds);
+        if ((v = arg_value(a, "-runs")) >= 0)
+            runs = v;
+        else if ((v = arg_value(a, "-max_total_time")) >= 0)
+            max_time = v;
+        else if ((v = arg_value(a, "-seed")) >= 0)
+            seed = v;
+        else if ((v = arg_value(a, "-max_len")) >= 0)
+            max_len = v > 0 ? v : 1;
+        else if (strncmp(a, "-artifact_prefix=", 17) == 0)
+            artifact_prefix = a + 17;
+        else if (a[0] == '-')
+            fprintf(stderr, "cchan fuzz driver: ignoring option %s\n", a);
+        else
+            load_seeds(a, &seeds, &nseeds);
     }
 
     if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(save_current_input);

@@ -3,7 +3,8 @@
  *
  * Producer (device): claims an index with an atomic add on `head` (device memory), waits while the
  * ring is full (it rereads the proxy's `tail` only when its cached copy says full, with the
- * deadline), stores word1 then word0 with release. A trigger is pushed exactly once, never
+ * deadline), then publishes the trigger after a release (fence.sys, then one 16-byte store on a
+ * GPU; word1 then word0-with-release on the host backend). A trigger is pushed exactly once, never
  * overwritten before the consumer has taken it.
  * Consumer (proxy): cchan_fifo_peek() tests the slot at its tail by lap parity (acquire); having
  * taken the trigger, the proxy advances its private tail; the tail becomes visible to producers
@@ -52,8 +53,16 @@ CCHAN_DEVICE_INLINE int64_t cchan_fifo_push(const cchan_fifo_t *f, cchan_trigger
         cchan_store_release_dev_u64(f->tail_cache, tail);
     }
     cchan_trigger_t *slot = &f->slots[idx & (f->size - 1)];
-    cchan_store_relaxed_sys_u64(&slot->word1, t.word1);
-    cchan_store_release_sys_u64(&slot->word0, t.word0 | cchan_fifo_parity(idx, f->size));
+    const uint64_t parity = cchan_fifo_parity(idx, f->size);
+#if defined(CCHAN_BACKEND_CUDA)
+    /* One fence and one 16-byte write: a release store of word0 after a store of word1 would make
+     * the fence wait for word1's write to host memory first (about a microsecond over PCIe). */
+    cchan_fence_acq_rel_sys();
+    cchan_store_relaxed_sys_v2_u64(&slot->word0, t.word0 | parity, t.word1 | parity);
+#else
+    cchan_store_relaxed_sys_u64(&slot->word1, t.word1 | parity);
+    cchan_store_release_sys_u64(&slot->word0, t.word0 | parity);
+#endif
     return (int64_t)idx;
 }
 
@@ -65,9 +74,12 @@ CCHAN_DEVICE_INLINE int cchan_fifo_peek(const cchan_trigger_t *slots, uint32_t s
                                              uint64_t tail, cchan_trigger_t *out) {
     const cchan_trigger_t *slot = &slots[tail & (size - 1)];
     uint64_t w0 = cchan_load_acquire_sys_u64(&slot->word0);
-    if ((w0 & CCHAN_TRIGGER_PARITY_BIT) != cchan_fifo_parity(tail, size)) return 0;
+    const uint64_t parity = cchan_fifo_parity(tail, size);
+    if ((w0 & CCHAN_TRIGGER_PARITY_BIT) != parity) return 0;
+    uint64_t w1 = cchan_load_relaxed_sys_u64(&slot->word1);
+    if ((w1 & CCHAN_TRIGGER_PARITY_BIT) != parity) return 0; /* the other half is still on its way */
     out->word0 = w0 & ~CCHAN_TRIGGER_PARITY_BIT;
-    out->word1 = cchan_load_relaxed_sys_u64(&slot->word1);
+    out->word1 = w1 & ~CCHAN_TRIGGER_PARITY_BIT;
     return 1;
 }
 

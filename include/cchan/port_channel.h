@@ -7,7 +7,7 @@
  *
  *   put(dst_off, src_off, bytes)  asynchronous one-sided write; returns before the data moves. The
  *                                 source must not be overwritten until a flush() returns. Any size:
- *                                 puts larger than 2 GiB are split into several triggers.
+ *                                 puts larger than 1 GiB are split into several triggers.
  *                                 Offsets must be below 1 TiB (CCHAN_ERR_RANGE otherwise).
  *                                 Puts of at most direct_max bytes (set by the host; default 256,
  *                                 CCHAN_PORT_DIRECT_MAX) to a peer mapped here are stored by the

@@ -89,7 +89,8 @@ static void ring_destroy(ring_t *r) {
     free(r);
 }
 
-/* word1 is derived from (producer, seq) so a torn read (word0 of one push, word1 of another) shows.
+/* word1 is derived from (producer, seq) so a torn read (word0 of one push, word1 of another) shows
+ * (its top 31 bits fill the 31-bit size field).
  */
 static uint64_t check_word(uint32_t producer, uint64_t seq) {
     uint64_t x = (seq + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)producer << 56);
@@ -99,7 +100,7 @@ static uint64_t check_word(uint32_t producer, uint64_t seq) {
 static cchan_trigger_t make_trigger(uint32_t producer, uint64_t seq) {
     uint64_t w = check_word(producer, seq);
     return cchan_trigger_encode(CCHAN_TRIGGER_PUT, producer, seq & CCHAN_TRIGGER_MAX_OFFSET,
-                                w & CCHAN_TRIGGER_MAX_OFFSET, w >> 32);
+                                w & CCHAN_TRIGGER_MAX_OFFSET, w >> 33);
 }
 
 static void *producer_main(void *arg) {
@@ -148,7 +149,7 @@ static consume_result_t consume_all(ring_t *r, uint32_t nproducers, uint64_t tot
                      (unsigned long long)f.dst_off, (unsigned long long)want,
                      (unsigned long long)tail);
         uint64_t w = check_word(f.channel, want);
-        if (f.src_off != (w & CCHAN_TRIGGER_MAX_OFFSET) || f.bytes != (w >> 32))
+        if (f.src_off != (w & CCHAN_TRIGGER_MAX_OFFSET) || f.bytes != (w >> 33))
             fail_msg("producer %u seq %llu: torn trigger", f.channel, (unsigned long long)want);
         if (__atomic_load_n(&r->head, __ATOMIC_RELAXED) >= tail + RING_SLOTS) res.full_seen++;
         tail++;

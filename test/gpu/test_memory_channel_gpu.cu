@@ -40,11 +40,17 @@ static cchan_sem_set_t *mc_sems(gt_ctx_t *ctx, int count) {
     return set;
 }
 
-/* Reads a semaphore's three counters: inbound, expected, outbound. */
+/* Signals this side has sent: its outbound count, or, where signals are remote adds (no outbound
+ * counter, semaphore.h), the peer's inbound counter, which only this side raises. */
+__device__ unsigned long long mc_sent(const cchan_semaphore_t *s) {
+    return s->outbound ? *(volatile uint64_t *)s->outbound : *(volatile uint64_t *)s->remote_inbound;
+}
+
+/* Reads a semaphore's three counters: inbound, expected, signals sent. */
 __global__ void k_sem_counters(cchan_semaphore_t s, unsigned long long *out) {
     out[0] = *(volatile uint64_t *)s.inbound;
     out[1] = *(volatile uint64_t *)s.expected;
-    out[2] = *(volatile uint64_t *)s.outbound;
+    out[2] = mc_sent(&s);
 }
 
 static void mc_sem_counters(gt_ctx_t *ctx, const cchan_semaphore_t *s, unsigned long long out[3]) {
@@ -316,7 +322,7 @@ __global__ void k_mc_sig_phase(cchan_memory_channel_t ch, int phase, unsigned lo
         out[9] = (unsigned long long)cchan_memory_channel_poll(&ch);
         out[10] = *(volatile uint64_t *)s->inbound;
         out[11] = *(volatile uint64_t *)s->expected;
-        out[12] = *(volatile uint64_t *)s->outbound;
+        out[12] = mc_sent(s);
     }
 }
 
@@ -782,7 +788,7 @@ __global__ void k_mc_multi(const cchan_memory_channel_t *chs, uint8_t *d, int ra
     if (tid == 0) {
         counters[3 * b + 0] = *(volatile uint64_t *)ch.sem.inbound;
         counters[3 * b + 1] = *(volatile uint64_t *)ch.sem.expected;
-        counters[3 * b + 2] = *(volatile uint64_t *)ch.sem.outbound;
+        counters[3 * b + 2] = mc_sent(&ch.sem);
     }
 }
 

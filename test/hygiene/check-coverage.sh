@@ -46,7 +46,7 @@ code=$(sed -e 's://.*$::' "$use_all" | perl -0pe 's:/\*.*?\*/::gs' 2>/dev/null |
 
 missing=()
 for f in "${functions[@]}"; do
-    grep -qE "(^|[^A-Za-z0-9_])$f[[:space:]]*\(" <<<"$code" || missing+=("$f")
+    grep -qE "(^|[^A-Za-z0-9_])${f}[[:space:]]*\\(" <<<"$code" || missing+=("$f")
 done
 
 echo "hygiene_use_all_coverage: use_all.c calls $((${#functions[@]} - ${#missing[@]})) of" \

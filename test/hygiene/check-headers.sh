@@ -36,6 +36,7 @@ nvcc_sm80 | nvcc_sm90)
     # -Werror all-warnings: nvcc's own and the device front end's warnings; -Xcompiler: the host
     # compiler's, on the host pass. -pedantic is left out: nvcc's generated host code is not ISO.
     ext=cu
+    # shellcheck disable=SC2054  # the commas belong to -Xcompiler's list
     alone=(-x cu -std=c++17 -arch="sm_${mode#nvcc_sm}" -Werror all-warnings
         -Xcompiler=-Wall,-Wextra,-Werror -c)
     full=("${alone[@]}" -O3)

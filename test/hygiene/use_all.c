@@ -57,6 +57,7 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     cchan_store_release_sys_u64(&a.u64[3], 1);
     cchan_store_release_dev_u64(&a.u64[4], 2);
     cchan_store_relaxed_sys_u64(&a.u64[5], 3);
+    cchan_store_relaxed_sys_v2_u64(&a.u64[14], 6, 7);
     cchan_store_release_sys_u32(&a.u32[2], 4);
     cchan_store_relaxed_sys_u32(&a.u32[3], 5);
     acc += (int64_t)cchan_fetch_add_release_sys_u64(&a.u64[6], 1);
@@ -121,8 +122,8 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
         cchan_ll8_write((cchan_vec8_t *)(void *)(b + 5120), 42u, a.flag);
         acc += cchan_ll8_read_one((const cchan_vec8_t *)(const void *)(b + 5120), a.flag, ctl, &w);
         cchan_ll16_write((cchan_vec16_t *)(void *)(b + 5632), 42u, a.flag);
-        acc += cchan_ll16_read_one((const cchan_vec16_t *)(const void *)(b + 5632), a.flag, ctl,
-                                   &d);
+        acc +=
+            cchan_ll16_read_one((const cchan_vec16_t *)(const void *)(b + 5632), a.flag, ctl, &d);
         acc += (int64_t)(w + d);
     }
     cchan_ll16_put((cchan_vec16_t *)(void *)(b + 6144), b, 13, a.flag, tid, nthreads);

@@ -1,5 +1,5 @@
 /* Port channel device side (port_channel.h) without a proxy: the triggers each operation pushes
- * (types, offsets past 4 GiB, the split of puts above 2 GiB, fused forms), range errors, and the
+ * (types, offsets past 4 GiB, the split of puts above 1 GiB, fused forms), range errors, and the
  * flush and wait counters. The ring is read back with cchan_fifo_peek as the proxy would. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -92,20 +92,19 @@ static void test_zero_bytes(void **state) {
     expect_empty(f);
 }
 
-/* 5 GiB + 5 B: chunks of 2 GiB, the signal rides on the last; offsets advance past 4 GiB. */
+/* 2 GiB + 5 B: chunks of 1 GiB, the signal rides on the last; offsets advance past 4 GiB. */
 static void test_large_put_splits(void **state) {
     fixture_t *f = *state;
-    const uint64_t bytes = 5 * GiB + 5, dst = 1, src = 3 * GiB;
+    const uint64_t bytes = 2 * GiB + 5, dst = 1, src = 3 * GiB;
     assert_int_equal(cchan_port_channel_put_signal(&f->ch, dst, src, bytes), 0);
-    expect_trigger(f, CCHAN_TRIGGER_PUT, dst, src, 2 * GiB);
-    expect_trigger(f, CCHAN_TRIGGER_PUT, dst + 2 * GiB, src + 2 * GiB, 2 * GiB);
-    expect_trigger(f, CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL, dst + 4 * GiB, src + 4 * GiB,
-                   GiB + 5);
+    expect_trigger(f, CCHAN_TRIGGER_PUT, dst, src, GiB);
+    expect_trigger(f, CCHAN_TRIGGER_PUT, dst + GiB, src + GiB, GiB);
+    expect_trigger(f, CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL, dst + 2 * GiB, src + 2 * GiB, 5);
     expect_empty(f);
     /* Exactly two chunks: the flags go on the second, no empty third trigger. */
-    assert_int_equal(cchan_port_channel_put_signal(&f->ch, 0, 0, 4 * GiB), 0);
-    expect_trigger(f, CCHAN_TRIGGER_PUT, 0, 0, 2 * GiB);
-    expect_trigger(f, CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL, 2 * GiB, 2 * GiB, 2 * GiB);
+    assert_int_equal(cchan_port_channel_put_signal(&f->ch, 0, 0, 2 * GiB), 0);
+    expect_trigger(f, CCHAN_TRIGGER_PUT, 0, 0, GiB);
+    expect_trigger(f, CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL, GiB, GiB, GiB);
     expect_empty(f);
 }
 

@@ -47,6 +47,11 @@ CCHAN_DEFINE_ST(cchan_store_release_dev_u64, "st.release.gpu.u64", uint64_t, "l"
 CCHAN_DEFINE_ST(cchan_store_relaxed_sys_u64, "st.relaxed.sys.u64", uint64_t, "l")
 CCHAN_DEFINE_ST(cchan_store_release_sys_u32, "st.release.sys.u32", uint32_t, "r")
 CCHAN_DEFINE_ST(cchan_store_relaxed_sys_u32, "st.relaxed.sys.u32", uint32_t, "r")
+/* Two 64-bit words in one 16-byte store (p 16-byte aligned). No atomicity across the words is
+ * promised; callers make each word self-describing. */
+CCHAN_DEVICE_INLINE void cchan_store_relaxed_sys_v2_u64(uint64_t *p, uint64_t a, uint64_t b) {
+    asm volatile("st.relaxed.sys.v2.u64 [%0], {%1,%2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
 CCHAN_DEFINE_ADD(cchan_fetch_add_release_sys_u64, "atom.add.release.sys.u64", uint64_t, "l")
 CCHAN_DEFINE_ADD(cchan_fetch_add_relaxed_sys_u64, "atom.add.relaxed.sys.u64", uint64_t, "l")
 CCHAN_DEFINE_ADD(cchan_fetch_add_relaxed_dev_u64, "atom.add.relaxed.gpu.u64", uint64_t, "l")
@@ -137,6 +142,10 @@ CCHAN_DEVICE_INLINE void cchan_store_release_sys_u32(uint32_t *p, uint32_t v) {
 CCHAN_DEVICE_INLINE void cchan_store_relaxed_sys_u32(uint32_t *p, uint32_t v) {
     __hip_atomic_store(p, v, __ATOMIC_RELAXED, CCHAN_HIP_SYS);
 }
+CCHAN_DEVICE_INLINE void cchan_store_relaxed_sys_v2_u64(uint64_t *p, uint64_t a, uint64_t b) {
+    __hip_atomic_store(&p[0], a, __ATOMIC_RELAXED, CCHAN_HIP_SYS);
+    __hip_atomic_store(&p[1], b, __ATOMIC_RELAXED, CCHAN_HIP_SYS);
+}
 CCHAN_DEVICE_INLINE uint64_t cchan_fetch_add_release_sys_u64(uint64_t *p, uint64_t v) {
     return __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, CCHAN_HIP_SYS);
 }
@@ -215,6 +224,10 @@ CCHAN_HOST_ADD(cchan_fetch_add_relaxed_dev_u64, uint64_t, __ATOMIC_RELAXED)
 CCHAN_HOST_ADD(cchan_fetch_add_acq_rel_dev_u32, uint32_t, __ATOMIC_ACQ_REL)
 #undef CCHAN_HOST_LD
 #undef CCHAN_HOST_ST
+CCHAN_DEVICE_INLINE void cchan_store_relaxed_sys_v2_u64(uint64_t *p, uint64_t a, uint64_t b) {
+    __atomic_store_n(&p[0], a, __ATOMIC_RELAXED);
+    __atomic_store_n(&p[1], b, __ATOMIC_RELAXED);
+}
 #undef CCHAN_HOST_ADD
 
 CCHAN_DEVICE_INLINE void cchan_red_add_release_sys_u64(uint64_t *p, uint64_t v) {
