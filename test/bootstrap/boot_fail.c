@@ -103,9 +103,12 @@ static void port_in_use(void) {
     BOOT_CHECK(squatter >= 0 && bind(squatter, (struct sockaddr *)&a, sizeof a) == 0 &&
                listen(squatter, 64) == 0);
     int rc = cchan_bootstrap_create_from_env(&bs);
-    /* Keep the port occupied until the others have given up on it (1.5 timeouts: they allow the
-     * root extra time to report). */
-    usleep(5000 * 1000);
+    BOOT_CHECK(boot_now_s() - t0 < BOUND_S);
+    /* Keep the port occupied until the others have given up on it: they wait 1.5 timeouts (extra
+     * time for the root to report), 4.5 s, and may start late on a loaded machine (sanitizers). If
+     * the squatter closed first they would see "peer closed" instead of the timeout under test. */
+    usleep(7500 * 1000);
+    t0 = boot_now_s(); /* the failing call itself was timed above */
     expect_failure(rc, -EADDRINUSE, -EADDRINUSE, "address already in use", "127.0.0.1");
 }
 
