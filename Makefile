@@ -23,7 +23,10 @@ deps:
 test: deps
 	@BUILD="$(BUILD)" JOBS="$(JOBS)" CMAKE_ARGS="$(CMAKE_ARGS)" scripts/run-tests.sh
 
-run: deps build
+# The benchmark needs only a compiler and CMake: a failed package install (no registry on a GPU
+# machine) is reported and the run goes on with what is there.
+run:
+	@scripts/install-deps.sh || echo "cchan: could not install packages; running with what is here"
 	@BUILD="$(BUILD)" scripts/run-bench.sh
 
 install: build
