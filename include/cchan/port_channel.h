@@ -9,9 +9,9 @@
  *                                 source must not be overwritten until a flush() returns. Any size:
  *                                 puts larger than 1 GiB are split into several triggers.
  *                                 Offsets must be below 1 TiB (CCHAN_ERR_RANGE otherwise).
- *                                 Puts of at most direct_max bytes (set by the host; default 256,
- *                                 CCHAN_PORT_DIRECT_MAX) to a peer mapped here are stored by the
- *                                 calling thread and complete on return. Puts of one channel are not
+ *                                 On the dma transport, puts of at most direct_max bytes (default
+ *                                 256, CCHAN_PORT_DIRECT_MAX) are stored by the calling thread into
+ *                                 the peer's buffer mapped into this GPU and complete on return. Puts of one channel are not
  *                                 ordered with one another: overlapping destinations need a flush
  *                                 in between.
  *   signal()                      raises the peer's semaphore once every earlier put of this
