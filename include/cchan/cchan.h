@@ -53,6 +53,11 @@ CCHAN_API const char *cchan_strerror(int status);
  * failing cchan call. */
 CCHAN_API const char *cchan_last_error(void);
 
+/* Whether an optional system library loads on this machine: "ibverbs" (libibverbs.so.1, the ib
+ * transport) or "nvml" (libnvidia-ml.so.1). 1 = yes, 0 = no (why is logged at INFO), -EINVAL for
+ * another name. cchan works without either; CCHAN_DEBUG=INFO lists both at cchan_comm_create. */
+CCHAN_API int cchan_optional_lib_available(const char *name);
+
 /* Returns the default device-wait deadline in ms (CCHAN_TIMEOUT_MS, 0 = none). */
 CCHAN_API uint64_t cchan_env_timeout_ms(void);
 

@@ -252,6 +252,7 @@ int cchan_comm_create(cchan_bootstrap_t *bs, const cchan_comm_config_t *cfg, cch
         comm_free(comm);
         return r;
     }
+    cchani_report_optional_libs();
     CCHANI_INFO(CCHANI_SUB_INIT,
                 "comm rank %d/%d platform %s device %d timeout %llu ms session %016llx", comm->rank,
                 comm->nranks, platform_name(comm->platform), comm->device,

@@ -62,6 +62,10 @@ CCHANI_HIDDEN const char *cchani_env_str(const char *name); /* NULL if unset or 
 CCHANI_HIDDEN int cchani_env_i64(const char *name, int64_t dflt, int64_t *out);
 CCHANI_HIDDEN int cchani_env_u64(const char *name, uint64_t dflt, uint64_t *out);
 
+/* ---------------------------------------------------------------- optional libraries */
+/* Logs, at INFO, which optional libraries (optional_libs.c) load here. */
+CCHANI_HIDDEN void cchani_report_optional_libs(void);
+
 /* ---------------------------------------------------------------- time */
 CCHANI_HIDDEN uint64_t cchani_now_ns(void); /* CLOCK_MONOTONIC */
 
