@@ -112,10 +112,8 @@ CCHAN_DEVICE_INLINE void cchan_ll8_put(cchan_vec8_t *pkts, const void *src, uint
     uint64_t n = (bytes + 3) / 4;
     for (uint64_t i = tid; i < n; i += nthreads) {
         uint64_t left = bytes - i * 4;
-        cchan_vec8_t p;
-        p.w[0] = cchan_ll_load_word(s + i * 4, left >= 4 ? 4u : (uint32_t)left);
-        p.w[1] = flag;
-        cchan_store_volatile_v8(&pkts[i], p);
+        cchan_ll8_write(&pkts[i], cchan_ll_load_word(s + i * 4, left >= 4 ? 4u : (uint32_t)left),
+                        flag);
     }
 }
 
@@ -127,18 +125,11 @@ CCHAN_DEVICE_INLINE int cchan_ll8_read(const cchan_vec8_t *pkts, void *dst, uint
     uint8_t *d = (uint8_t *)dst;
     uint64_t n = (bytes + 3) / 4;
     for (uint64_t i = tid; i < n; i += nthreads) {
-        cchan_vec8_t p = cchan_load_volatile_v8(&pkts[i]);
-        if (CCHAN_UNLIKELY(p.w[1] != flag)) {
-            cchan_deadline_t dl;
-            cchan_deadline_init(&dl);
-            do {
-                if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, ctl)))
-                    return cchan_wait_expired(&dl, ctl, CCHAN_WAIT_PACKET, flag, p.w[1]);
-                p = cchan_load_volatile_v8(&pkts[i]);
-            } while (p.w[1] != flag);
-        }
+        uint32_t w;
+        int r = cchan_ll8_read_one(&pkts[i], flag, ctl, &w);
+        if (CCHAN_UNLIKELY(r)) return r;
         uint64_t left = bytes - i * 4;
-        cchan_ll_store_word(d + i * 4, p.w[0], left >= 4 ? 4u : (uint32_t)left);
+        cchan_ll_store_word(d + i * 4, w, left >= 4 ? 4u : (uint32_t)left);
     }
     return CCHAN_OK;
 }
@@ -153,12 +144,9 @@ CCHAN_DEVICE_INLINE void cchan_ll16_put(cchan_vec16_t *pkts, const void *src, ui
         uint64_t left = bytes - i * 8;
         uint32_t n0 = left >= 4 ? 4u : (uint32_t)left;
         uint32_t n1 = left >= 8 ? 4u : (left > 4 ? (uint32_t)(left - 4) : 0u);
-        cchan_vec16_t p;
-        p.w[0] = cchan_ll_load_word(s + i * 8, n0);
-        p.w[1] = flag;
-        p.w[2] = n1 ? cchan_ll_load_word(s + i * 8 + 4, n1) : 0u;
-        p.w[3] = flag;
-        cchan_store_volatile_v16(&pkts[i], p);
+        uint64_t lo = cchan_ll_load_word(s + i * 8, n0);
+        uint64_t hi = n1 ? cchan_ll_load_word(s + i * 8 + 4, n1) : 0u;
+        cchan_ll16_write(&pkts[i], lo | (hi << 32), flag);
     }
 }
 
@@ -168,22 +156,14 @@ CCHAN_DEVICE_INLINE int cchan_ll16_read(const cchan_vec16_t *pkts, void *dst, ui
     uint8_t *d = (uint8_t *)dst;
     uint64_t n = (bytes + 7) / 8;
     for (uint64_t i = tid; i < n; i += nthreads) {
-        cchan_vec16_t p = cchan_load_volatile_v16(&pkts[i]);
-        if (CCHAN_UNLIKELY(p.w[1] != flag || p.w[3] != flag)) {
-            cchan_deadline_t dl;
-            cchan_deadline_init(&dl);
-            do {
-                if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, ctl)))
-                    return cchan_wait_expired(&dl, ctl, CCHAN_WAIT_PACKET, flag,
-                                              p.w[1] != flag ? p.w[1] : p.w[3]);
-                p = cchan_load_volatile_v16(&pkts[i]);
-            } while (p.w[1] != flag || p.w[3] != flag);
-        }
+        uint64_t w;
+        int r = cchan_ll16_read_one(&pkts[i], flag, ctl, &w);
+        if (CCHAN_UNLIKELY(r)) return r;
         uint64_t left = bytes - i * 8;
         uint32_t n0 = left >= 4 ? 4u : (uint32_t)left;
         uint32_t n1 = left >= 8 ? 4u : (left > 4 ? (uint32_t)(left - 4) : 0u);
-        cchan_ll_store_word(d + i * 8, p.w[0], n0);
-        if (n1) cchan_ll_store_word(d + i * 8 + 4, p.w[2], n1);
+        cchan_ll_store_word(d + i * 8, (uint32_t)w, n0);
+        if (n1) cchan_ll_store_word(d + i * 8 + 4, (uint32_t)(w >> 32), n1);
     }
     return CCHAN_OK;
 }
