@@ -1,0 +1,95 @@
+/* cchan_coll: collectives built from cchan channels (an example library users copy from, and the
+ * engine behind libcchan_nccl). Every rank of a cchan communicator on one host takes part.
+ *
+ * Setup is done once: cchan_coll_create() builds memory channels to every peer, port channels on a
+ * proxy, scratch buffers and semaphores; every call afterwards only launches kernels, so calls are
+ * capturable in CUDA graphs and replay correctly any number of times.
+ *
+ * Buffers: send/recv may be any device memory of this rank. Buffers registered with
+ * cchan_coll_register() (collectively, every rank its own buffer, in the same order) are used in
+ * place by the zero-copy algorithms; others go through the scratch buffers.
+ *
+ * Streams: `stream` is a cudaStream_t (hipStream_t) passed as void *; NULL is the default stream.
+ * On the host platform the call runs the same algorithm on CPU threads and returns when done.
+ *
+ * Every function returns 0 or a negative cchan status with cchan_last_error() set. Collective calls
+ * must be made by every rank, in the same order, with the same count, dtype and algo.
+ */
+#ifndef CCHAN_COLL_H
+#define CCHAN_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cchan/cchan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cchan_coll_dtype {
+    CCHAN_COLL_F32 = 0,
+    CCHAN_COLL_F16 = 1,
+    CCHAN_COLL_BF16 = 2
+} cchan_coll_dtype_t;
+
+typedef enum cchan_coll_op {
+    CCHAN_COLL_ALLREDUCE = 0,
+    CCHAN_COLL_ALLGATHER = 1,
+    CCHAN_COLL_REDUCESCATTER = 2
+} cchan_coll_op_t;
+
+typedef enum cchan_coll_algo {
+    CCHAN_COLL_AUTO = 0,         /* the size-based selector (cchan_coll_select) */
+    CCHAN_COLL_LL_ALLPAIRS = 1,  /* one phase, LL packets on memory channels (small messages) */
+    CCHAN_COLL_HB_ALLPAIRS = 2,  /* two phase all-pairs, HB memory channels */
+    CCHAN_COLL_SWITCH = 3,       /* two phase on switch channels (portable path unless NVLS opt-in) */
+    CCHAN_COLL_PORT_RING = 4,    /* ring on port channels, reduction overlapped with the DMA */
+    CCHAN_COLL_ALGO_COUNT = 5
+} cchan_coll_algo_t;
+
+#define CCHAN_COLL_CONFIG_MAGIC 0x63636331u /* "ccc1" */
+typedef struct cchan_coll_config {
+    size_t size;
+    uint32_t magic;
+    uint32_t version;
+    size_t scratch_bytes; /* per-rank scratch for the non-zero-copy paths; 0: default */
+    int max_blocks;       /* upper bound on blocks per collective kernel; 0: default */
+} cchan_coll_config_t;
+#define CCHAN_COLL_CONFIG_INIT                                                                     \
+    {sizeof(cchan_coll_config_t), CCHAN_COLL_CONFIG_MAGIC, CCHAN_VERSION_CODE, 0, 0}
+
+typedef struct cchan_coll cchan_coll_t;
+
+/* Collective over comm's ranks. cfg may be NULL. comm must outlive the returned object. */
+int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out);
+int cchan_coll_destroy(cchan_coll_t *coll); /* collective */
+
+/* Collective: registers [ptr, ptr+bytes) of this rank for zero-copy use by later calls. */
+int cchan_coll_register(cchan_coll_t *coll, void *ptr, size_t bytes);
+int cchan_coll_deregister(cchan_coll_t *coll, void *ptr); /* collective */
+
+/* recv[i] = sum over ranks of send[i], i < count. send == recv is in place. */
+int cchan_coll_allreduce(cchan_coll_t *coll, const void *send, void *recv, size_t count,
+                         cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
+/* recv[r * sendcount + i] = send of rank r [i]. In place when send == recv + rank * sendcount. */
+int cchan_coll_allgather(cchan_coll_t *coll, const void *send, void *recv, size_t sendcount,
+                         cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
+/* recv[i] = sum over ranks of send[rank * recvcount + i]. In place when recv == send + rank *
+ * recvcount. */
+int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, void *recv, size_t recvcount,
+                             cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
+
+/* What CCHAN_COLL_AUTO picks for this op and message size (bytes of the full buffer). */
+cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes);
+/* 1 if algo implements op on this communicator (e.g. in the size limits of its scratch), else 0. */
+int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
+                         size_t bytes);
+const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
+size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCHAN_COLL_H */
