@@ -245,6 +245,26 @@ __global__ void k_sem_pingpong(const __grid_constant__ cchan_memory_channel_t ch
     stamps_out(initiator, rec, ts);
 }
 
+/* The same with the expected count in a register (cchan_memory_channel_wait_value), stored back
+ * once at the end as the contract asks. */
+__global__ void k_sem_value_pingpong(const __grid_constant__ cchan_memory_channel_t ch,
+                                     int initiator, int warm, int iters, int rec, uint64_t *ts) {
+    uint64_t expected = cchan_semaphore_expected(&ch.sem);
+    for (int i = -warm; i < iters; i++) {
+        if (initiator) {
+            stamp(true, i, rec);
+            cchan_memory_channel_signal(&ch);
+            cchan_memory_channel_wait_value(&ch, ++expected);
+        } else {
+            cchan_memory_channel_wait_value(&ch, ++expected);
+            cchan_memory_channel_signal(&ch);
+        }
+    }
+    cchan_semaphore_set_expected(&ch.sem, expected);
+    stamp_end(initiator, iters, rec);
+    stamps_out(initiator, rec, ts);
+}
+
 /* Baseline: one thread each side, st.release.sys into the peer's flag, ld.acquire.sys on our own.
  */
 __global__ void k_flag_pingpong(uint64_t *my_flag, uint64_t *peer_flag, uint64_t base,
@@ -731,6 +751,8 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
     g->rec_cap = optin / (int)sizeof(uint64_t) - 2;
     CK(cudaFuncSetAttribute(k_sem_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CK(cudaFuncSetAttribute(k_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CK(cudaFuncSetAttribute(k_sem_value_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
     CK(cudaFuncSetAttribute(k_red_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
     CK(cudaFuncSetAttribute(k_ll8_word_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1198,6 +1220,21 @@ static void run_mem_lat(gpu_t *g) {
             cb_printf(ctx, "#   the same with signals stored from an outbound count (the path for "
                            "peers without native atomics):\n");
             cb_lat_row(ctx, &st_row);
+        }
+        {
+            cb_row_t reg_row;
+            row_init(&reg_row, "mem-lat", "signal-wait-value", "raw-flag", "ns", 0, 1, 1);
+            reg_row.base = row.base;
+            pingpong(
+                g, 1, iters, 0.5, "signal ping-pong, expected count in a register",
+                [&](int initiator, int rec, size_t smem) {
+                    k_sem_value_pingpong<<<1, 1, smem, g->s>>>(ch, initiator, warm, iters, rec,
+                                                               g->d_ts);
+                },
+                &reg_row.value);
+            cb_printf(ctx, "#   the same with the expected count in a register "
+                           "(cchan_memory_channel_wait_value):\n");
+            cb_lat_row(ctx, &reg_row);
         }
         /* For scale: what the fences cost here (a relaxed flag orders nothing; it is no signal). */
         cb_row_t rel;

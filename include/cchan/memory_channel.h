@@ -76,6 +76,11 @@ CCHAN_DEVICE_INLINE void cchan_memory_channel_relaxed_signal(const cchan_memory_
 CCHAN_DEVICE_INLINE int cchan_memory_channel_wait(const cchan_memory_channel_t *ch) {
     return cchan_semaphore_wait(&ch->sem);
 }
+/* Register-resident expected count: see cchan_semaphore_wait_value(). */
+CCHAN_DEVICE_INLINE int cchan_memory_channel_wait_value(const cchan_memory_channel_t *ch,
+                                                        uint64_t target) {
+    return cchan_semaphore_wait_value(&ch->sem, target);
+}
 CCHAN_DEVICE_INLINE int cchan_memory_channel_poll(const cchan_memory_channel_t *ch) {
     return cchan_semaphore_poll(&ch->sem);
 }

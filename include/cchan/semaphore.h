@@ -64,6 +64,22 @@ CCHAN_DEVICE_INLINE int cchan_semaphore_wait(const cchan_semaphore_t *s) {
     return cchan_wait_geq_u64(s->inbound, want, &s->ctl, CCHAN_WAIT_SEMAPHORE);
 }
 
+/* Waits with the expected count in the caller's register instead of device memory, for a thread
+ * that waits many times in one kernel (a ping-pong loop, a pipeline): no device-memory load or store
+ * per wait. Take the starting count with cchan_semaphore_expected(), wait for start + 1, start + 2,
+ * ..., and before the kernel ends store the last value waited for with
+ * cchan_semaphore_set_expected(), so that later plain waits (and graph replays) stay in step.
+ * Same ordering and timeout behaviour as cchan_semaphore_wait(). */
+CCHAN_DEVICE_INLINE uint64_t cchan_semaphore_expected(const cchan_semaphore_t *s) {
+    return *s->expected;
+}
+CCHAN_DEVICE_INLINE void cchan_semaphore_set_expected(const cchan_semaphore_t *s, uint64_t v) {
+    *s->expected = v;
+}
+CCHAN_DEVICE_INLINE int cchan_semaphore_wait_value(const cchan_semaphore_t *s, uint64_t target) {
+    return cchan_wait_geq_u64(s->inbound, target, &s->ctl, CCHAN_WAIT_SEMAPHORE);
+}
+
 /* Non-blocking wait: returns 1 (and consumes the signal) if the next signal has arrived, else 0. */
 CCHAN_DEVICE_INLINE int cchan_semaphore_poll(const cchan_semaphore_t *s) {
     uint64_t want = *s->expected + 1;

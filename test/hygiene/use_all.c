@@ -135,6 +135,8 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     cchan_semaphore_relaxed_signal(&a.sem);
     acc += cchan_semaphore_wait(&a.sem);
     acc += cchan_semaphore_poll(&a.sem);
+    acc += cchan_semaphore_wait_value(&a.sem, cchan_semaphore_expected(&a.sem) + 1);
+    cchan_semaphore_set_expected(&a.sem, 0);
 
     /* impl/fifo_wire.h, fifo.h */
     {
@@ -164,6 +166,7 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     cchan_memory_channel_signal(&a.mc);
     cchan_memory_channel_relaxed_signal(&a.mc);
     acc += cchan_memory_channel_wait(&a.mc);
+    acc += cchan_memory_channel_wait_value(&a.mc, 1);
     acc += cchan_memory_channel_poll(&a.mc);
     cchan_memory_channel_flush(&a.mc);
     cchan_memory_channel_put_packets_ll8(&a.mc, 0, 0, 13, a.flag, tid, nthreads);

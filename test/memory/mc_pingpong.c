@@ -33,6 +33,33 @@ static void signal_wait(void) {
     }
 }
 
+/* Round trips with the expected count in a register (wait_value), then plain waits again: the
+ * stored-back count keeps both forms in step. */
+static void wait_value_in_step(void) {
+    const cchan_memory_channel_t *ch = &fx.ch[partner];
+    uint64_t expected = cchan_semaphore_expected(&ch->sem);
+    for (int i = 0; i < 1000; i++) {
+        if (leads()) {
+            cchan_memory_channel_signal(ch);
+            MT_OK(cchan_memory_channel_wait_value(ch, ++expected));
+        } else {
+            MT_OK(cchan_memory_channel_wait_value(ch, ++expected));
+            cchan_memory_channel_signal(ch);
+        }
+    }
+    cchan_semaphore_set_expected(&ch->sem, expected);
+    for (int i = 0; i < 100; i++) {
+        if (leads()) {
+            cchan_memory_channel_signal(ch);
+            MT_OK(cchan_memory_channel_wait(ch));
+        } else {
+            MT_OK(cchan_memory_channel_wait(ch));
+            cchan_memory_channel_signal(ch);
+        }
+    }
+    MT_CHECK(cchan_semaphore_expected(&ch->sem) == expected + 100);
+}
+
 static void poll_until(const cchan_memory_channel_t *ch) {
     for (uint32_t spins = 0; !cchan_memory_channel_poll(ch); spins++) cchan_spin_pause(spins);
 }
@@ -138,6 +165,7 @@ int main(void) {
     partner = fx.me ^ 1;
     double t0 = mt_now_s();
     signal_wait();
+    wait_value_in_step();
     poll_and_relaxed();
     ll_ping_pong(0);
     ll_ping_pong(1);
