@@ -7,7 +7,7 @@
 #   scripts/device-bench.sh
 #
 # Environment: BUILD (default build-device), OUT (when set, results are copied there as well),
-# BENCH_ARGS (extra cchan-bench options), CUDA_ARCH (default 90), JOBS.
+# BENCH_CMD (the subcommand, default all), BENCH_ARGS (extra cchan-bench options), CUDA_ARCH (default 90), JOBS.
 # Exit status: cchan-bench's (0 = every check passed), 2 when the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -58,7 +58,7 @@ timeout 60 "$BUILD/cchan-run" -n 2 --timeout 50 "$BUILD/kernels/examples/hello_h
 say "cchan-bench all on $ngpus GPU(s), $ranks ranks"
 status=0
 # shellcheck disable=SC2086
-timeout 245 "$BUILD/cchan-run" -n "$ranks" --timeout 240 "$BUILD/bench/cchan-bench" all \
+timeout 245 "$BUILD/cchan-run" -n "$ranks" --timeout 240 "$BUILD/bench/cchan-bench" ${BENCH_CMD:-all} \
     -J "$DEST/bench-results.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$DEST/bench.log" || status=$?
 if [ -f "$DEST/bench-results.json" ]; then
     python3 scripts/plot-bench.py "$DEST/bench-results.json" -o "$DEST" 2>&1 | tail -n 5
