@@ -4,8 +4,8 @@
 #
 #   scripts/device-batch.sh [-t SECONDS] NAME...     runs scripts/device-NAME.sh for each NAME
 #
-# Logs: $OUT/NAME/ (the script's own OUT) and $OUT/NAME/out.txt (what it printed); everything is
-# also packed into $OUT/batch.tgz, since the device tool returns a limited number of files.
+# What each script printed comes back as $OUT/NAME.txt; its own log folder (its OUT) is packed,
+# leaving out files over 4 MB, into $OUT/logs.tgz: the device tool returns at most 8 files.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 limit=170
@@ -18,7 +18,8 @@ fi
     exit 2
 }
 OUT=${OUT:-/tmp/cchan-batch}
-mkdir -p "$OUT"
+WORK=${BATCH_WORK:-/tmp/cchan-batch-work}
+mkdir -p "$OUT" "$WORK"
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
@@ -26,19 +27,19 @@ unset CCHAN_NVLS
 declare -A rc took
 for name in "$@"; do
     script=scripts/device-$name.sh
-    mkdir -p "$OUT/$name"
+    mkdir -p "$WORK/$name"
     start=$(date +%s)
     if [ -f "$script" ]; then
-        OUT="$OUT/$name" timeout -k 10 "$limit" bash "$script" >"$OUT/$name/out.txt" 2>&1
+        OUT="$WORK/$name" timeout -k 10 "$limit" bash "$script" >"$OUT/$name.txt" 2>&1
         rc[$name]=$?
     else
-        echo "no $script" >"$OUT/$name/out.txt"
+        echo "no $script" >"$OUT/$name.txt"
         rc[$name]=127
     fi
     took[$name]=$(($(date +%s) - start))
 done
-tar czf "$OUT/batch.tgz" -C "$OUT" --exclude=batch.tgz "$@" 2>/dev/null
+(cd "$WORK" && find "$@" -type f -size -4M -print0 | tar czf "$OUT/logs.tgz" --null -T -) 2>/dev/null
 for name in "$@"; do
     echo "==== $name: rc ${rc[$name]} after ${took[$name]} s$([ "${rc[$name]}" = 124 ] && echo " (time limit $limit s)")"
-    tail -n "${TAIL:-30}" "$OUT/$name/out.txt"
+    tail -n "${TAIL:-30}" "$OUT/$name.txt"
 done

@@ -65,6 +65,15 @@ CCHAN_DEVICE_INLINE int cchan_ll8_read_one(const cchan_vec8_t *pkt, uint32_t fla
                                            const cchan_wait_ctl_t *ctl, uint32_t *data) {
     cchan_vec8_t p = cchan_load_volatile_v8(pkt);
     if (CCHAN_UNLIKELY(p.w[1] != flag)) {
+#if !defined(CCHAN_BACKEND_HOST)
+        if (ctl->timeout_ns == 0) { /* no deadline: the bare poll, as in cchan_wait_geq_u64 */
+            do {
+                p = cchan_load_volatile_v8(pkt);
+            } while (p.w[1] != flag);
+            *data = p.w[0];
+            return CCHAN_OK;
+        }
+#endif
         cchan_deadline_t dl;
         cchan_deadline_init(&dl);
         do {
@@ -90,6 +99,15 @@ CCHAN_DEVICE_INLINE int cchan_ll16_read_one(const cchan_vec16_t *pkt, uint32_t f
                                             const cchan_wait_ctl_t *ctl, uint64_t *data) {
     cchan_vec16_t p = cchan_load_volatile_v16(pkt);
     if (CCHAN_UNLIKELY(p.w[1] != flag || p.w[3] != flag)) {
+#if !defined(CCHAN_BACKEND_HOST)
+        if (ctl->timeout_ns == 0) {
+            do {
+                p = cchan_load_volatile_v16(pkt);
+            } while (p.w[1] != flag || p.w[3] != flag);
+            *data = (uint64_t)p.w[0] | ((uint64_t)p.w[2] << 32);
+            return CCHAN_OK;
+        }
+#endif
         cchan_deadline_t dl;
         cchan_deadline_init(&dl);
         do {
