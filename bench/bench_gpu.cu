@@ -24,6 +24,7 @@
 
 #include "bench_common.h"
 #include "bench_pattern.h"
+#include "bench_switch.h"
 #include "cchan/cchan.h"
 
 /* ---------------------------------------------------------------- layout of the two buffers */
@@ -1283,6 +1284,33 @@ static void run_mem_lat(gpu_t *g) {
                        "store:\n");
         cb_lat_row(ctx, &red);
 
+        /* The same raw ping-pong on the semaphore's own counters: separates what cchan's code
+         * costs from what the counters' addresses cost (where a word lives, in which L2 slice,
+         * moves a one-way hop by tens of ns). The semaphore's expected counts are advanced by the
+         * same number of signals afterwards, so later waits stay in step. */
+        if (in_pair(g)) {
+            cb_row_t at;
+            row_init(&at, "mem-lat", "raw-red-add-at-semaphore", "raw-flag", "ns", 0, 1, 1);
+            at.base = row.base;
+            uint64_t sem_base = 0, expected = 0;
+            CK(cudaMemcpy(&sem_base, ch.sem.inbound, sizeof sem_base, cudaMemcpyDefault));
+            pingpong(
+                g, 1, iters, 0.5, "remote-add flag ping-pong on the semaphore's counters",
+                [&](int initiator, int rec, size_t smem) {
+                    k_red_flag_pingpong<<<1, 1, smem, g->s>>>(ch.sem.inbound,
+                                                              ch.sem.remote_inbound, sem_base,
+                                                              initiator, warm, iters, rec,
+                                                              g->d_ts);
+                },
+                &at.value);
+            CK(cudaMemcpy(&expected, ch.sem.expected, sizeof expected, cudaMemcpyDefault));
+            expected += (uint64_t)(warm + iters);
+            CK(cudaMemcpy(ch.sem.expected, &expected, sizeof expected, cudaMemcpyDefault));
+            cb_printf(ctx, "#   the same remote-add ping-pong on the semaphore's own counters "
+                           "(cchan's addresses, no cchan code):\n");
+            cb_lat_row(ctx, &at);
+        }
+
         cb_row_t word;
         row_init(&word, "mem-lat", "ll8-one-packet", "relaxed-flag", "ns", 8, 1, 1);
         word.base = rel.value;
@@ -1819,5 +1847,6 @@ extern "C" int cb_run_gpu(cb_ctx_t *ctx) {
     if (ctx->opt.tests & CB_PORT_LAT) run_port_lat(&g);
     if (ctx->opt.tests & CB_MATRIX) run_matrix(&g);
     gpu_teardown(&g);
+    if (ctx->opt.tests & CB_SWITCH_BW) cb_switch_gpu(ctx); /* own buffers: after the teardown */
     return 0;
 }
