@@ -24,7 +24,8 @@ enum cb_test {
     CB_PORT_BW = 1u << 2,
     CB_PORT_LAT = 1u << 3,
     CB_MATRIX = 1u << 4,
-    CB_ALL = 0x1fu
+    CB_SWITCH_BW = 1u << 5,
+    CB_ALL = 0x3fu
 };
 
 #define CB_MAX_GRIDS 8

@@ -21,6 +21,7 @@
 
 #include "bench_common.h"
 #include "bench_pattern.h"
+#include "bench_switch.h"
 #include "cchan/cchan.h"
 
 #define H_MIB (1ull << 20)
@@ -788,6 +789,7 @@ int cb_run_host(cb_ctx_t *ctx) {
     if (o->tests & CB_PORT_BW) host_port_bw(h);
     if (o->tests & CB_PORT_LAT) host_port_lat(h);
     if (o->tests & CB_MATRIX) host_matrix(h);
+    if (o->tests & CB_SWITCH_BW) cb_switch_host(ctx);
 
     cb_barrier(ctx);
     team_stop(&h->team);

@@ -1,6 +1,7 @@
 /* cchan-bench: point-to-point benchmarks of cchan's channels against same-run baselines.
  *
- *   cchan-run -n 2 build/bench/cchan-bench [all|mem-bw|mem-lat|port-bw|port-lat|matrix ...] [opts]
+ *   cchan-run -n 2 build/bench/cchan-bench [all|mem-bw|mem-lat|port-bw|port-lat|matrix|switch-bw ...]
+ *             [opts]
  *
  * One process per GPU (or per host-backend rank); rank 0 prints and writes the JSON. See
  * bench/README.md for what each subcommand measures and how.
@@ -29,6 +30,8 @@ static void usage(FILE *f) {
         "            breakdown; FIFO request rate vs a raw host-mapped ring\n"
         "  matrix    put bandwidth of every ordered rank pair (memory channel, SM copy, port\n"
         "            channel, copy engine) with a SUM line\n"
+        "  switch-bw switch-channel reduce/broadcast bandwidth vs plain SM kernels, and an\n"
+        "            AllReduce built from them vs NCCL (GPU, when libnccl.so.2 loads)\n"
         "  all       everything above, then OK or FAILED\n"
         "options:\n"
         "  -b, --minbytes SIZE      smallest size of the size sweeps (suffixes K, M, G)\n"
@@ -56,6 +59,7 @@ static unsigned parse_test(const char *s) {
     if (!strcmp(s, "port-bw")) return CB_PORT_BW;
     if (!strcmp(s, "port-lat")) return CB_PORT_LAT;
     if (!strcmp(s, "matrix")) return CB_MATRIX;
+    if (!strcmp(s, "switch-bw")) return CB_SWITCH_BW;
     return 0;
 }
 

@@ -25,6 +25,7 @@
 
 #include "cchan/device.h"
 #include "cchan/status.h"
+#include "cchan/switch_channel.h"
 
 CCHAN_EXTERN_C_BEGIN
 
@@ -266,6 +267,32 @@ CCHAN_API int cchan_port_channel_create(cchan_proxy_t *proxy, cchan_transport_t 
                                         cchan_sem_set_t *sems, int peer, int sem_index,
                                         const cchan_mem_t *dst, const cchan_mem_t *src,
                                         cchan_port_channel_t *out);
+
+/* ------------------------------------------------------------------ switch channel
+ *
+ * A switch channel reduces and broadcasts over one symmetric buffer of every rank of the
+ * communicator (switch_channel.h has the device calls, docs/switch_channel.md the semantics). The
+ * portable path maps every rank's buffer into every rank; the multicast path (NVLink SHARP) is used
+ * only when asked for explicitly and never where NCCL_NVLS_ENABLE=0 is set. */
+
+/* cchan_switch_channel_create flags */
+#define CCHAN_SWITCH_MULTICAST 0x1u /* opt in to NVLink SHARP multicast (also: CCHAN_NVLS=1) */
+
+typedef struct cchan_switch cchan_switch_t;
+
+/* Collective over every rank of comm (at most CCHAN_SWITCH_MAX_MEMBERS): `buf` is this rank's
+ * registered buffer, the same size on every rank; `local` (NULL: buf) is this rank's source and
+ * destination buffer. Fills the device handle `out` and the owner of what the channel maps. Without
+ * the opt-in the path is CCHAN_SWITCH_PATH_PORTABLE; with it, multicast or an error saying why not
+ * (never a silent fallback). */
+CCHAN_API int cchan_switch_channel_create(cchan_comm_t *comm, cchan_mem_t *buf, cchan_mem_t *local,
+                                          unsigned flags, cchan_switch_channel_t *out,
+                                          cchan_switch_t **owner);
+/* Collective: releases the mappings of every member's buffer (and the multicast object), then waits
+ * for every rank, so the buffers may be destroyed afterwards. */
+CCHAN_API int cchan_switch_destroy(cchan_switch_t *owner);
+/* "portable", "multicast", or "unknown". */
+CCHAN_API const char *cchan_switch_path_name(uint32_t path);
 
 CCHAN_EXTERN_C_END
 

@@ -24,6 +24,7 @@
 typedef struct use_all_args {
     cchan_memory_channel_t mc;
     cchan_port_channel_t pc;
+    cchan_switch_channel_t sw;
     cchan_semaphore_t sem;
     cchan_grid_barrier_t grid;
     cchan_fifo_t fifo;
@@ -206,6 +207,18 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     acc += cchan_port_channel_put_signal_flush(&a.pc, 0, 0, 64);
     acc += cchan_port_channel_wait(&a.pc);
     acc += cchan_port_channel_poll(&a.pc);
+
+    /* switch_channel.h */
+    cchan_switch_channel_reduce_f32(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_reduce_f16(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_reduce_bf16(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_reduce_i32(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_reduce_u32(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_broadcast_f32(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_broadcast_f16(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_broadcast_bf16(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_broadcast_i32(&a.sw, 0, 0, 64, tid, nthreads);
+    cchan_switch_channel_broadcast_u32(&a.sw, 0, 0, 64, tid, nthreads);
 
     /* barrier.h */
     acc += cchan_grid_barrier_arrive_wait(&a.grid);
