@@ -6,6 +6,8 @@
 #   optional  libclang-rt-dev      libFuzzer for the fuzz tests (else a deterministic driver runs)
 #             hipcc                HIP compile checks (else hygiene_hipcc_* are skipped)
 #             python3-matplotlib   benchmark plots
+#             qemu-system-x86 busybox-static cpio kmod ibverbs-providers iproute2 linux-image-amd64
+#                                  the Soft-RoCE (rxe) tests in a QEMU guest (test rxe_qemu)
 # The CUDA toolkit is not installed here (NVIDIA's repository, several GiB): with nvcc at
 # /usr/local/cuda the CUDA parts build, without it they are skipped and say so.
 #
@@ -20,7 +22,9 @@ fi
 required=(cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev)
 optional=()
 if [ "${CCHAN_DEPS_OPTIONAL:-1}" != 0 ]; then
-    optional=(libclang-rt-dev hipcc python3-matplotlib)
+    optional=(libclang-rt-dev hipcc python3-matplotlib
+        qemu-system-x86 busybox-static cpio kmod ibverbs-providers iproute2
+        linux-image-amd64) # last: a kernel's postinst (initramfs) is the likeliest to fail
 fi
 
 # Packages not installed, judged by dpkg (or, for tools installed some other way, by the tool).

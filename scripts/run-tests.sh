@@ -7,7 +7,8 @@
 #                      LeakSanitizer); clang when present, so fuzz tests use libFuzzer
 #   tsan  $BUILD-tsan  host backend under ThreadSanitizer
 #
-# The sanitizer builds leave out the compile-only tests (ctest -LE compile). Every build runs even
+# The sanitizer builds leave out the compile-only tests (ctest -LE compile) and the Soft-RoCE guest
+# (label rxe: it runs the main build's binaries in QEMU). Every build runs even
 # when an earlier one failed; the summary at the end lists all three, and the exit status is
 # non-zero when any failed.
 #
@@ -146,7 +147,7 @@ stage_asan() {
         echo "$out" | tail -5
         ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}
     fi
-    run_stage asan "$BUILD-asan" -LE compile -- -DCCHAN_SANITIZE=address "${host_only[@]}" \
+    run_stage asan "$BUILD-asan" -LE "compile|rxe" -- -DCCHAN_SANITIZE=address "${host_only[@]}" \
         -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx"
     local rc=$?
     unset UBSAN_OPTIONS ASAN_OPTIONS
@@ -182,7 +183,7 @@ stage_tsan() {
             return 1
         fi
     fi
-    run_stage tsan "$BUILD-tsan" -LE compile -- -DCCHAN_SANITIZE=thread "${host_only[@]}"
+    run_stage tsan "$BUILD-tsan" -LE "compile|rxe" -- -DCCHAN_SANITIZE=thread "${host_only[@]}"
     local rc=$?
     run_prefix=()
     unset TSAN_OPTIONS

@@ -230,10 +230,19 @@ CCHAN_API int cchan_grid_barrier_destroy(cchan_comm_t *comm, cchan_grid_barrier_
 
 /* ------------------------------------------------------------------ proxy and port channels */
 
+/* AUTO: dma between GPUs, host on the host backend; for a peer on another host (its memory is an
+ * unmapped import), ib where this host has an RDMA device, else tcp. IB (RDMA: InfiniBand, RoCE;
+ * libibverbs loaded at run time) and TCP reach peers on other hosts (docs/transports.md); with
+ * them, channel creation is pairwise: `peer` creates its channel to this rank with the same
+ * transport and sem_index at the same time (they connect through the bootstrap), so create such
+ * channels in an order every rank agrees on (docs/multinode.md). Tuning: CCHAN_IB_HCA,
+ * CCHAN_IB_GID_INDEX, CCHAN_IB_QPS, CCHAN_TCP_ADDR, ... (docs/environment.md) */
 typedef enum cchan_transport {
-    CCHAN_TRANSPORT_AUTO = 0, /* dma between GPUs, host on the host backend */
+    CCHAN_TRANSPORT_AUTO = 0,
     CCHAN_TRANSPORT_HOST = 1,
-    CCHAN_TRANSPORT_DMA = 2
+    CCHAN_TRANSPORT_DMA = 2,
+    CCHAN_TRANSPORT_IB = 3,
+    CCHAN_TRANSPORT_TCP = 4
 } cchan_transport_t;
 
 #define CCHAN_PROXY_CONFIG_MAGIC 0x63637031u /* "ccp1" */

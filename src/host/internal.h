@@ -65,6 +65,9 @@ CCHANI_HIDDEN int cchani_env_u64(const char *name, uint64_t dflt, uint64_t *out)
 /* ---------------------------------------------------------------- optional libraries */
 /* Logs, at INFO, which optional libraries (optional_libs.c) load here. */
 CCHANI_HIDDEN void cchani_report_optional_libs(void);
+/* dlopen of an optional library by its cchan name ("ibverbs", "nvml"), kept loaded; NULL with the
+ * reason in why. */
+CCHANI_HIDDEN void *cchani_optional_lib_open(const char *name, char *why, size_t why_bytes);
 
 /* ---------------------------------------------------------------- time */
 CCHANI_HIDDEN uint64_t cchani_now_ns(void); /* CLOCK_MONOTONIC */

@@ -390,12 +390,12 @@ int cchani_mem_import_check(cchan_comm_t *comm, const cchan_mem_desc_t *desc,
                             ", but rank %d is pid %d on %s (%016" PRIx64 ")",
                             w.owner_rank, w.owner_pid, w.host_hash, w.owner_rank, owner->pid,
                             owner->hostname, owner->host_hash);
-    if (owner->host_hash != own_host_hash(comm))
-        return cchani_error(
-            CCHAN_ERR_UNSUPPORTED, where,
-            "rank %d's memory is on host %s and this rank is on %s: memory of another "
-            "host cannot be mapped",
-            w.owner_rank, owner->hostname, comm->peers[comm->rank].hostname);
+    /* Memory of another host is never mapped: its import is a handle that network transports
+     * (ib, tcp) name to the owner when they connect. */
+    if (owner->host_hash != own_host_hash(comm)) {
+        *out = w;
+        return 0;
+    }
     if (w.kind != CCHANI_MEM_HOST_MEMFD && !on_gpu(comm))
         return cchani_error(
             CCHAN_ERR_UNSUPPORTED, where,
@@ -405,9 +405,14 @@ int cchani_mem_import_check(cchan_comm_t *comm, const cchan_mem_desc_t *desc,
     return 0;
 }
 
-int cchani_mem_import_needs_fd(const cchani_mem_wire_t *w) {
+/* Whether the owner of w is on another host than comm's rank (w passed cchani_mem_import_check). */
+static int wire_is_remote(const cchan_comm_t *comm, const cchani_mem_wire_t *w) {
+    return comm->peers[w->owner_rank].host_hash != own_host_hash(comm);
+}
+
+int cchani_mem_import_needs_fd(const cchan_comm_t *comm, const cchani_mem_wire_t *w) {
     return (w->kind == CCHANI_MEM_HOST_MEMFD || w->kind == CCHANI_MEM_CUDA_VMM) &&
-           w->owner_pid != (int32_t)getpid();
+           w->owner_pid != (int32_t)getpid() && !wire_is_remote(comm, w);
 }
 
 static cchan_mem_t *import_new(cchan_comm_t *comm, const cchani_mem_wire_t *w) {
@@ -543,8 +548,20 @@ static int import_ipc(cchan_mem_t *m, const cchani_mem_wire_t *w) {
     return r;
 }
 
+/* Memory of another host: nothing is mapped; ptr stays NULL and only network transports use it. */
+static int import_remote(cchan_comm_t *comm, const cchani_mem_wire_t *w, int fd,
+                         cchan_mem_t **out) {
+    if (fd >= 0) close(fd);
+    cchan_mem_t *m = import_new(comm, w);
+    if (!m) return cchani_error(-ENOMEM, "cchan_mem_import", "registration object");
+    m->remote = 1;
+    *out = m;
+    return 0;
+}
+
 int cchani_mem_import_wire(cchan_comm_t *comm, const cchani_mem_wire_t *w, int fd,
                            cchan_mem_t **out) {
+    if (wire_is_remote(comm, w)) return import_remote(comm, w, fd, out);
     if (w->owner_pid == (int32_t)getpid()) return import_view(comm, w, out);
     cchan_mem_t *m = import_new(comm, w);
     if (!m) {
@@ -594,7 +611,7 @@ int cchan_mem_import(cchan_comm_t *comm, const cchan_mem_desc_t *desc, cchan_mem
     cchani_mem_wire_t w;
     int fd = -1;
     r = cchani_mem_import_check(comm, desc, &w);
-    if (!r && cchani_mem_import_needs_fd(&w)) r = fetch_fd(&w, &fd);
+    if (!r && cchani_mem_import_needs_fd(comm, &w)) r = fetch_fd(&w, &fd);
     if (!r) r = cchani_mem_import_wire(comm, &w, fd, out);
     cchani_device_leave(&scope);
     if (!r) cchani_comm_hold(comm);
@@ -627,3 +644,25 @@ int cchan_mem_rank(const cchan_mem_t *mem) { return mem ? mem->owner_rank : -EIN
 void *cchani_mem_host_ptr(const cchan_mem_t *mem) { return mem ? mem->host_ptr : NULL; }
 cchan_comm_t *cchani_mem_comm(const cchan_mem_t *mem) { return mem ? mem->comm : NULL; }
 int cchani_mem_is_local(const cchan_mem_t *mem) { return mem && !mem->imported; }
+int cchani_mem_is_remote(const cchan_mem_t *mem) { return mem && mem->remote; }
+int cchani_mem_device(const cchan_mem_t *mem) { return mem ? mem->device : -1; }
+
+void cchani_mem_ident(const cchan_mem_t *mem, cchani_mem_ident_t *out) {
+    memset(out, 0, sizeof *out);
+    out->key = mem->key;
+    out->offset = mem->offset;
+    out->size = mem->bytes;
+    out->owner_rank = mem->owner_rank;
+    out->kind = mem->kind;
+}
+
+cchan_mem_t *cchani_mem_find_own(cchan_comm_t *comm, const cchani_mem_ident_t *id) {
+    pthread_mutex_lock(&registry_lock);
+    cchan_mem_t *e = registry;
+    for (; e; e = e->next)
+        if (e->comm == comm && !e->imported && e->key == id->key && e->offset == id->offset &&
+            e->bytes == id->size && e->kind == id->kind && e->owner_rank == id->owner_rank)
+            break;
+    pthread_mutex_unlock(&registry_lock);
+    return e;
+}

@@ -25,6 +25,7 @@ struct cchan_mem {
     cchan_comm_t *comm;
     int kind;     /* enum cchani_mem_kind */
     int imported; /* a peer's memory mapped here (not exportable) */
+    int remote;   /* imported from another host: not mapped, ptr NULL (network transports only) */
     int owner_rank;
     void *ptr;      /* what kernels and channels use (device view) */
     void *host_ptr; /* host view, NULL for device memory */
@@ -49,12 +50,29 @@ struct cchan_mem {
 /* Decodes desc and checks it against comm (session, owner's pid and host, platform). */
 CCHANI_HIDDEN int cchani_mem_import_check(cchan_comm_t *comm, const cchan_mem_desc_t *desc,
                                           cchani_mem_wire_t *out);
-/* Whether importing w needs the owner's fd (fd-shared memory of another process). */
-CCHANI_HIDDEN int cchani_mem_import_needs_fd(const cchani_mem_wire_t *w);
+/* Whether importing w needs the owner's fd (fd-shared memory of another process of this host). */
+CCHANI_HIDDEN int cchani_mem_import_needs_fd(const cchan_comm_t *comm, const cchani_mem_wire_t *w);
 /* Maps w here. fd: the owner's fd copied into this process when needs_fd (always consumed), else
  * -1. */
 CCHANI_HIDDEN int cchani_mem_import_wire(cchan_comm_t *comm, const cchani_mem_wire_t *w, int fd,
                                          cchan_mem_t **out);
+/* Identity of a registration as its owner knows it: what a network transport (ib, tcp) names to
+ * the owner when it connects, so that the owner can find the memory its peer will write into. */
+typedef struct cchani_mem_ident {
+    uint64_t key;
+    uint64_t offset;
+    uint64_t size;
+    int32_t owner_rank;
+    int32_t kind;
+} cchani_mem_ident_t;
+CCHANI_HIDDEN void cchani_mem_ident(const cchan_mem_t *mem, cchani_mem_ident_t *out);
+/* This rank's own exported registration of comm with that identity, or NULL. */
+CCHANI_HIDDEN cchan_mem_t *cchani_mem_find_own(cchan_comm_t *comm, const cchani_mem_ident_t *id);
+/* Imported from another host (unmapped: cchan_mem_ptr() is NULL). */
+CCHANI_HIDDEN int cchani_mem_is_remote(const cchan_mem_t *mem);
+/* GPU ordinal of the memory, -1 for host memory. */
+CCHANI_HIDDEN int cchani_mem_device(const cchan_mem_t *mem);
+
 /* The fd an exported registration shares, -1 if none. */
 CCHANI_HIDDEN int cchani_mem_export_fd(const cchan_mem_t *mem);
 

@@ -99,7 +99,7 @@ static int check_offers(exchange_t *x) {
 }
 
 static int needs_fd_from(const exchange_t *x, int p) {
-    return p != x->comm->rank && cchani_mem_import_needs_fd(&x->wires[p]);
+    return p != x->comm->rank && cchani_mem_import_needs_fd(x->comm, &x->wires[p]);
 }
 
 static void close_fds(exchange_t *x) {
@@ -155,9 +155,10 @@ static int send_fds(exchange_t *x) {
     if (fd < 0) return 0;
     cchani_fdpass_msg_t msg = {x->comm->session, x->local->key, x->seq, x->comm->rank};
     for (int p = 0; p < x->comm->nranks; p++) {
-        if (p == x->comm->rank || !x->votes[p].wants_fds ||
-            x->comm->peers[p].pid == (int32_t)getpid())
-            continue;
+        const cchani_peer_info_t *peer = &x->comm->peers[p];
+        if (p == x->comm->rank || !x->votes[p].wants_fds || peer->pid == (int32_t)getpid() ||
+            peer->host_hash != x->comm->peers[x->comm->rank].host_hash)
+            continue; /* an fd cannot travel to another host; that rank does not import one */
         int r = cchani_fdpass_send(x->comm->session, x->seq, p, &msg, fd, x->timeout_ms);
         if (r) return cchani_error_wrap(r, where, "sending the fd to rank %d", p);
     }

@@ -3,6 +3,7 @@
  * linked at build time when its header is present (cchan_version() says whether). */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -52,4 +53,20 @@ void cchani_report_optional_libs(void) {
         if (probe(&optional_libs[i]))
             CCHANI_INFO(CCHANI_SUB_INIT, "%s available (for %s)", optional_libs[i].soname,
                         optional_libs[i].needed_for);
+}
+
+/* Loaded once and kept for the life of the process: symbol tables (the ib transport's) point into
+ * it. */
+void *cchani_optional_lib_open(const char *name, char *why, size_t why_bytes) {
+    const optional_lib_t *lib = find_lib(name);
+    if (!lib) {
+        snprintf(why, why_bytes, "unknown optional library '%s'", name);
+        return NULL;
+    }
+    void *h = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, why_bytes, "%s: %s", lib->soname, e ? e : "dlopen failed");
+    }
+    return h;
 }

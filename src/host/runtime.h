@@ -75,6 +75,11 @@ CCHANI_HIDDEN void cchani_device_leave(cchani_device_scope_t *scope);
 
 /* ---- semaphore sets (sem.c) */
 CCHANI_HIDDEN cchan_comm_t *cchani_sem_set_comm(const cchan_sem_set_t *set);
+CCHANI_HIDDEN unsigned cchani_sem_set_flags(const cchan_sem_set_t *set);
+CCHANI_HIDDEN int cchani_sem_set_count(const cchan_sem_set_t *set);
+/* Rank `rank`'s inbound counters as this rank sees them: slot (p * count + i) is the counter that
+ * rank p's signals on semaphore i raise. Its own for rank == this rank. */
+CCHANI_HIDDEN const cchan_mem_t *cchani_sem_set_area(const cchan_sem_set_t *set, int rank);
 
 /* ---- memory registrations (mem.c) */
 

@@ -113,7 +113,9 @@ int cchan_sem_set_get(cchan_sem_set_t *set, int peer, int index, cchan_semaphore
     s.inbound = (uint64_t *)cchan_mem_ptr(set->inbound) + mine;
     s.expected = set->state + mine;
     s.outbound = signal_by_add(set, peer) ? NULL : set->state + slots(set) + mine;
-    s.remote_inbound = (uint64_t *)cchan_mem_ptr(set->areas[peer]) + theirs;
+    /* A peer on another host has no mapping here: only port channels (ib, tcp) signal it. */
+    uint64_t *area = (uint64_t *)cchan_mem_ptr(set->areas[peer]);
+    s.remote_inbound = area ? area + theirs : NULL;
     s.ctl = cchan_comm_wait_ctl(set->comm, peer, set->first_id + (uint32_t)index);
     *out = s;
     return 0;
@@ -140,3 +142,9 @@ int cchan_sem_set_destroy(cchan_sem_set_t *set) {
 }
 
 cchan_comm_t *cchani_sem_set_comm(const cchan_sem_set_t *set) { return set ? set->comm : NULL; }
+unsigned cchani_sem_set_flags(const cchan_sem_set_t *set) { return set ? set->flags : 0u; }
+int cchani_sem_set_count(const cchan_sem_set_t *set) { return set ? set->count : 0; }
+/* Rank `rank`'s inbound counters (this rank's own registration, or the peer's import). */
+const cchan_mem_t *cchani_sem_set_area(const cchan_sem_set_t *set, int rank) {
+    return set && rank >= 0 && rank < set->comm->nranks ? set->areas[rank] : NULL;
+}

@@ -12,6 +12,7 @@
 #ifndef CCHAN_SRC_PROXY_TRANSPORT_H
 #define CCHAN_SRC_PROXY_TRANSPORT_H
 
+#include "mem.h"
 #include "runtime.h"
 
 typedef struct cchani_port_channel cchani_port_channel_t;
@@ -75,7 +76,12 @@ struct cchani_port_channel {
     uint64_t src_bytes;
     uint8_t *dst; /* the peer's registered memory, mapped here */
     uint64_t dst_bytes;
-    uint64_t *signal_target; /* the peer's inbound counter for this rank (host view) */
+    uint64_t *signal_target; /* the peer's inbound counter for this rank (host view); NULL for
+                                network transports, which reach it through the peer */
+    /* For network transports (ib, tcp), which connect to the peer's matching channel at open. */
+    const cchan_mem_t *src_mem, *dst_mem;
+    cchan_sem_set_t *sems;
+    int sem_index;
     uint64_t *flush_done;    /* host view of the counter the device's flush waits on */
     int timing;              /* gather cchani_port_counters_t.stage */
 
@@ -88,6 +94,8 @@ struct cchani_port_channel {
 };
 
 extern const cchani_transport_ops_t cchani_transport_host;
+extern const cchani_transport_ops_t cchani_transport_tcp;
+extern const cchani_transport_ops_t cchani_transport_ib;
 #if defined(CCHAN_HAVE_CUDA)
 extern const cchani_transport_ops_t cchani_transport_dma;
 #endif
@@ -111,5 +119,58 @@ static inline void cchani_port_stage(cchani_port_channel_t *ch, enum cchani_port
     s->total_ns += d;
     if (d > s->max_ns) s->max_ns = d;
 }
+
+/* ---------------------------------------------------------------- network transports
+ * The ib and tcp transports connect a channel to the peer's matching channel (same transport and
+ * semaphore index, created by the peer at the same time) through the bootstrap (net_connect.c),
+ * in two rounds and a last, empty one that says the transport is ready: each side sends a hello naming the memory it will write into (the peer's dst
+ * registration and the peer's inbound counter for this rank) plus its transport's address; each
+ * side finds that memory among its own registrations, checks it, and answers with a reply (status,
+ * the counter's current value, and what the transport needs: an rkey). A failure on either side
+ * reaches the other in the reply, so neither waits for a peer that gave up. */
+
+#define CCHANI_NET_BLOB_BYTES 512u /* transport-specific part of a hello or reply */
+
+typedef struct cchani_net_hello {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t transport; /* cchan_transport_t */
+    int32_t rank;
+    int32_t sem_index;
+    int32_t sem_count;
+    cchani_mem_ident_t dst; /* the peer's memory this side writes into */
+    cchani_mem_ident_t sem; /* the peer's inbound-counter area */
+    uint64_t sem_slot;      /* byte offset of this side's counter in that area */
+    uint8_t blob[CCHANI_NET_BLOB_BYTES];
+} cchani_net_hello_t;
+
+typedef struct cchani_net_reply {
+    int32_t status; /* 0, or why this side refused (its own error says more) */
+    uint32_t reserved;
+    uint64_t counter; /* the inbound counter's value now: the sender continues from it */
+    uint8_t blob[CCHANI_NET_BLOB_BYTES];
+} cchani_net_reply_t;
+
+/* What the peer's hello asks of this side, resolved against this rank's own registrations. */
+typedef struct cchani_net_target {
+    uint8_t *dst;      /* this rank's memory the peer writes into (cchan_mem_ptr: device view) */
+    uint8_t *dst_host; /* its host view, NULL for device memory */
+    uint64_t dst_bytes;
+    int dst_device;    /* GPU ordinal of that memory, -1 for host memory */
+    uint64_t *counter; /* this rank's inbound counter that the peer's signals raise (host view) */
+} cchani_net_target_t;
+
+/* Round 1: fills `mine` from the channel (the caller adds its blob), sends it, receives the peer's
+ * hello and resolves it into `target`. *exchanged is 1 once both hellos crossed: then the caller
+ * runs round 2 even after a failure, with its status, so the peer does not wait in vain. */
+CCHANI_HIDDEN int cchani_net_hello(cchani_port_channel_t *ch, cchan_transport_t transport,
+                                   cchani_net_hello_t *mine, cchani_net_hello_t *theirs,
+                                   cchani_net_target_t *target, int *exchanged);
+/* Round 2: sends `mine` (status set by the caller), receives the peer's reply. 0 only when both
+ * sides succeeded. */
+CCHANI_HIDDEN int cchani_net_reply(cchani_port_channel_t *ch, cchani_net_reply_t *mine,
+                                   cchani_net_reply_t *theirs);
+/* A third, empty round: returns once the peer has reached the same point (QPs ready). */
+CCHANI_HIDDEN int cchani_net_sync(cchani_port_channel_t *ch, int status);
 
 #endif /* CCHAN_SRC_PROXY_TRANSPORT_H */
