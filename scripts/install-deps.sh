@@ -74,11 +74,14 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 log=$(mktemp /tmp/cchan-apt.XXXXXX.log)
 # Wait for a dpkg lock held by unattended-upgrades on a freshly booted machine.
-apt=("${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+# Short network timeouts: on a machine without a reachable registry (GPU machines) the update
+# fails in seconds instead of hanging in connection retries.
+apt=("${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3
+    -o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20)
 
 echo "cchan deps: missing: ${need_required[*]} ${need_optional[*]}"
 echo "cchan deps: apt-get update"
-if ! "${apt[@]}" update -qq >"$log" 2>&1; then
+if ! timeout 600 "${apt[@]}" update -qq >"$log" 2>&1; then
     tail -20 "$log" >&2
     echo "cchan deps: 'apt-get update' failed (log above, full log $log)." >&2
     echo "cchan deps: install by hand: apt-get install ${need_required[*]} ${need_optional[*]}" >&2
