@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns cchan-bench JSON (-J) into PNG charts and a compact summary table.
+"""Turns cchan-bench JSON (-J) into PNG charts and a compact summary table (cchan-coll-bench JSON
+too: coll-<op>-<type>.png time and bandwidth against NCCL, coll-fused.png).
 
     scripts/plot-bench.py bench-results.json [-o DIR]     charts into DIR (default: beside the JSON)
     scripts/plot-bench.py bench-results.json --summary    the summary table only (no matplotlib)
@@ -256,6 +257,96 @@ def charts(d, outdir):
     return made
 
 
+# ---------------------------------------------------------------- cchan-coll-bench JSON
+
+def coll_summary(d, out=sys.stdout):
+    print("cchan-coll-bench, %s, commit %s, %s: %s" % (d.get("device"), d.get("commit"), d.get("date"), d.get("nccl")), file=out)
+    for r in d["rows"]:
+        if r["op"] == "fused":
+            print("fused  tokens %4d hidden %5d  fused %8s us  best NCCL+kernel %8s us  speedup %s"
+                  % (r["tokens"], r["hidden"], r["fused_us"], r["nccl_best_us"], r["speedup"]), file=out)
+        else:
+            t = min([x for x in (r["oop_us"], r["ip_us"]) if x] or [None])
+            print("%-13s %-8s %-16s %10s  cchan %9s us  busbw %7.1f  best NCCL %9s us  speedup %.2f  wrong %s"
+                  % (r["op"], r["dtype"], r["algo"], human(r["size"]), t, r["busbw"], r["nccl_best_us"],
+                     r["speedup"], r["wrong"]), file=out)
+
+
+def coll_charts(d, outdir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        system = "/usr/bin/python3"  # Debian's matplotlib: see charts()
+        if os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system) \
+                and not os.environ.get("CCHAN_PLOT_REEXEC"):
+            os.environ["CCHAN_PLOT_REEXEC"] = "1"
+            os.execv(system, [system] + sys.argv)
+        print("plot-bench: matplotlib is not installed; no charts")
+        return []
+    os.makedirs(outdir, exist_ok=True)
+    title = "cchan-coll-bench, %s, commit %s, %s" % (d.get("device", "?"), d.get("commit", "?"), d.get("date", "?")[:10])
+    made = []
+    keys = sorted({(r["op"], r["dtype"]) for r in d["rows"] if r["op"] != "fused"})
+    for op, dt in keys:
+        rs = [r for r in d["rows"] if r["op"] == op and r["dtype"] == dt]
+        fig, axs = plt.subplots(1, 2, figsize=(13, 4.8))
+        for algo in sorted({r["algo"] for r in rs}):
+            ar = sorted((r for r in rs if r["algo"] == algo), key=lambda r: r["size"])
+            pts = [(r["size"], min(x for x in (r["oop_us"], r["ip_us"]) if x)) for r in ar if r["oop_us"] or r["ip_us"]]
+            if pts:
+                axs[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, label="cchan " + algo)
+                axs[1].plot([p[0] for p in pts], [p[0] / p[1] / 1e3 for p in pts], "o-", ms=3, label="cchan " + algo)
+        base = {r["size"]: r for r in rs}
+        for key, label in (("nccl_us", "NCCL default"), ("nccl_sym_us", "NCCL symmetric")):
+            pts = sorted((s, r[key]) for s, r in base.items() if r.get(key))
+            if pts:
+                axs[0].plot([p[0] for p in pts], [p[1] for p in pts], "s--", ms=3, label=label)
+                axs[1].plot([p[0] for p in pts], [p[0] / p[1] / 1e3 for p in pts], "s--", ms=3, label=label)
+        for ax, yl in ((axs[0], "time per op, us"), (axs[1], "algbw, GB/s")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.xaxis.set_major_formatter(_fmt_bytes())
+            ax.set_xlabel("bytes")
+            ax.set_ylabel(yl)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=6)
+        axs[0].set_title("%s %s: time (lower is better)" % (op, dt), fontsize=9)
+        axs[1].set_title("%s %s: algorithm bandwidth" % (op, dt), fontsize=9)
+        fig.suptitle(title, fontsize=9)
+        fig.tight_layout()
+        made.append(os.path.join(outdir, "coll-%s-%s.png" % (op, dt)))
+        fig.savefig(made[-1], dpi=120)
+        plt.close(fig)
+    fused = [r for r in d["rows"] if r["op"] == "fused"]
+    if fused:
+        hiddens = sorted({r["hidden"] for r in fused})
+        fig, axs = plt.subplots(1, len(hiddens), figsize=(6.5 * len(hiddens), 4.8), squeeze=False)
+        for ax, h in zip(axs[0], hiddens):
+            rs = sorted((r for r in fused if r["hidden"] == h), key=lambda r: r["tokens"])
+            xs = [r["tokens"] for r in rs]
+            for key, label, style in (("fused_us", "cchan fused", "o-"), ("cchan_unfused_us", "cchan all-reduce + kernel", "^:"),
+                                      ("nccl_us", "NCCL + kernel", "s--"), ("nccl_sym_us", "NCCL symmetric + kernel", "d--")):
+                pts = [(x, r[key]) for x, r in zip(xs, rs) if r.get(key)]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, ms=3, label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("tokens")
+            ax.set_ylabel("us per layer epilogue")
+            ax.set_title("AllReduce + residual + RMSNorm, bf16, hidden %d" % h, fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=6)
+        fig.suptitle(title, fontsize=9)
+        fig.tight_layout()
+        made.append(os.path.join(outdir, "coll-fused.png"))
+        fig.savefig(made[-1], dpi=120)
+        plt.close(fig)
+    for m in made:
+        print("plot-bench: wrote", m)
+    return made
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("json")
@@ -263,6 +354,12 @@ def main():
     ap.add_argument("--summary", action="store_true", help="print the summary table only")
     a = ap.parse_args()
     d = load(a.json)
+    if d.get("bench") == "cchan-coll-bench":
+        if a.summary:
+            coll_summary(d)
+        else:
+            coll_charts(d, a.outdir or os.path.dirname(os.path.abspath(a.json)))
+        return 0
     if a.summary:
         summary(d)
         return 0

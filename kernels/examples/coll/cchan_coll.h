@@ -88,6 +88,11 @@ int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_col
 const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
 size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
 
+/* The calling thread's last cchan_coll error with its context: this library's own message when its
+ * last failing call found the problem itself (bad argument, unsupported size), else
+ * cchan_last_error() (the runtime call that failed). "" if none. */
+const char *cchan_coll_last_error(void);
+
 #ifdef __cplusplus
 }
 #endif

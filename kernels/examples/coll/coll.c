@@ -1,0 +1,772 @@
+/* cchan_coll host runtime: setup once (scratch, semaphores, LL epochs), then every call fills a
+ * coll_args_t and runs one kernel (CUDA) or the same body on CPU threads (host platform). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_internal.h"
+
+#define COLL_KiB ((size_t)1 << 10)
+#define COLL_MiB ((size_t)1 << 20)
+
+/* Defaults. GPU: LL kernels always run COLL_LL_BLOCKS_GPU blocks (their per-block epochs must see
+ * every call); HB kernels up to 128 blocks of 512 threads, one block per 32 KiB a rank sends. */
+#define COLL_THREADS_GPU 512u
+#define COLL_LL_BLOCKS_GPU 16u
+#define COLL_HB_BLOCKS_GPU 128
+#define COLL_HB_BYTES_PER_BLOCK (32 * COLL_KiB)
+#define COLL_BLOCKS_HOST 2      /* CPU threads per rank on the host platform */
+#define COLL_HOST_BLOCKS_MAX 64 /* max_blocks on the host platform (one thread each) */
+#define COLL_SCRATCH_GPU (128 * COLL_MiB)
+#define COLL_SCRATCH_HOST (8 * COLL_MiB)
+#define COLL_LL_SLOT_MAX (2 * COLL_MiB) /* LL16 packets: 1 MiB of payload per source */
+#define COLL_RING_BLOCKS_MAX 32u        /* PORT_RING: each block drives its own DMA chunks */
+#define COLL_RING_BYTES_PER_BLOCK (2 * COLL_MiB)
+#define COLL_RING_CHUNK_MAX (2 * COLL_MiB) /* bytes per DMA: a proxy round trip each */
+#define COLL_SW_CHUNK_MAX (16 * COLL_MiB)  /* SWITCH: bytes of a round (two regions of it) */
+
+typedef struct coll_reg {
+    struct coll_reg *next;
+    uint8_t *ptr;
+    size_t bytes;
+    cchan_mem_t *mem;
+    cchan_mem_t *peers[COLL_MAX_RANKS];
+    cchan_sem_set_t *ring_sems; /* PORT_RING: the port channels' semaphores (host-mapped) */
+    coll_ring_lane_t *ring_dev; /* PORT_RING: device array [ring_blocks] */
+} coll_reg_t;
+
+struct cchan_coll {
+    cchan_comm_t *comm;
+    int rank, nranks, device;
+    cchan_platform_t platform;
+    uint32_t nthreads, ll_blocks, hb_blocks, ring_blocks;
+    size_t scratch_bytes;
+    cchan_mem_t *scratch;
+    cchan_mem_t *peer_scratch[COLL_MAX_RANKS];
+    cchan_sem_set_t *sems;
+    cchan_semaphore_t *sems_dev;    /* [hb_blocks][nranks - 1] */
+    uint32_t *ll_epoch_dev;         /* [ll_blocks] */
+    cchan_proxy_t *proxy;           /* PORT_RING's port channels */
+    cchan_sem_set_t *credits;       /* PORT_RING: receive-slot credits, one per block */
+    cchan_semaphore_t *credits_dev; /* [ring_blocks][to prev, from next] */
+    cchan_switch_t *sw_owner;       /* SWITCH: the switch channel over every rank's scratch */
+    coll_args_t base;               /* fields every call shares */
+    coll_reg_t *regs;
+};
+
+/* ------------------------------------------------------------------ errors */
+
+static _Thread_local char coll_errmsg[512];
+static _Thread_local int coll_err_own; /* 1: coll_errmsg holds the last error */
+
+int colli_error(int status, const char *where, const char *fmt, ...) {
+    int n = snprintf(coll_errmsg, sizeof coll_errmsg, "%s: ", where);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof coll_errmsg)
+        vsnprintf(coll_errmsg + n, sizeof coll_errmsg - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(coll_errmsg);
+    snprintf(coll_errmsg + len, sizeof coll_errmsg - len, " (%s)", cchan_strerror(status));
+    coll_err_own = 1;
+    return status;
+}
+
+/* A cchan runtime call failed: its own message is in cchan_last_error(); prefix ours. */
+static int coll_wrap(int status, const char *where, const char *what) {
+    return colli_error(status, where, "%s: %s", what, cchan_last_error());
+}
+
+static void coll_clear_error(void) {
+    coll_errmsg[0] = '\0';
+    coll_err_own = 0;
+}
+
+const char *cchan_coll_last_error(void) { return coll_err_own ? coll_errmsg : cchan_last_error(); }
+
+/* ------------------------------------------------------------------ names, sizes */
+
+const char *cchan_coll_algo_name(cchan_coll_algo_t algo) {
+    switch (algo) {
+    case CCHAN_COLL_AUTO: return "auto";
+    case CCHAN_COLL_LL_ALLPAIRS: return "ll_allpairs";
+    case CCHAN_COLL_HB_ALLPAIRS: return "hb_allpairs";
+    case CCHAN_COLL_SWITCH: return "switch";
+    case CCHAN_COLL_PORT_RING: return "port_ring";
+    default: return "unknown";
+    }
+}
+
+size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype) {
+    switch (dtype) {
+    case CCHAN_COLL_F32: return 4;
+    case CCHAN_COLL_F16:
+    case CCHAN_COLL_BF16: return 2;
+    default: return 0;
+    }
+}
+
+/* ------------------------------------------------------------------ device memory */
+
+static int coll_dev_alloc(cchan_coll_t *c, size_t bytes, void **out) {
+    if (c->platform == CCHAN_PLATFORM_CUDA) return colli_cuda_alloc(c->device, bytes, out);
+    void *p = calloc(1, bytes);
+    if (!p) return colli_error(-ENOMEM, "cchan_coll_create", "%zu bytes of state", bytes);
+    *out = p;
+    return 0;
+}
+
+static void coll_dev_free(cchan_coll_t *c, void *p) {
+    if (!p) return;
+    if (c->platform == CCHAN_PLATFORM_CUDA)
+        (void)colli_cuda_free(c->device, p);
+    else
+        free(p);
+}
+
+static int coll_dev_upload(cchan_coll_t *c, void *dst, const void *src, size_t bytes) {
+    if (c->platform == CCHAN_PLATFORM_CUDA)
+        return colli_cuda_copy_to_device(c->device, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ PORT_RING setup */
+
+static int coll_ring_next(const cchan_coll_t *c) { return (c->rank + 1) % c->nranks; }
+static int coll_ring_prev(const cchan_coll_t *c) { return (c->rank + c->nranks - 1) % c->nranks; }
+
+/* The proxy and the credit semaphores (collective: cchan_sem_set_create). */
+static int coll_ring_setup(cchan_coll_t *c) {
+    static const char *where = "cchan_coll_create";
+    int st = cchan_proxy_create(c->comm, NULL, &c->proxy);
+    if (st < 0) return coll_wrap(st, where, "cchan_proxy_create");
+    if ((st = cchan_proxy_start(c->proxy)) < 0) return coll_wrap(st, where, "cchan_proxy_start");
+    st = cchan_sem_set_create(c->comm, (int)c->ring_blocks, 0, &c->credits);
+    if (st < 0) return coll_wrap(st, where, "cchan_sem_set_create(credits)");
+    size_t n = 2 * (size_t)c->ring_blocks;
+    cchan_semaphore_t *h = (cchan_semaphore_t *)calloc(n, sizeof *h);
+    if (!h) return colli_error(-ENOMEM, where, "no memory");
+    for (uint32_t b = 0; b < c->ring_blocks && st >= 0; b++) {
+        st = cchan_sem_set_get(c->credits, coll_ring_prev(c), (int)b, &h[2 * b]);
+        if (st >= 0) st = cchan_sem_set_get(c->credits, coll_ring_next(c), (int)b, &h[2 * b + 1]);
+    }
+    if (st < 0) {
+        free(h);
+        return coll_wrap(st, where, "cchan_sem_set_get(credits)");
+    }
+    st = coll_dev_alloc(c, n * sizeof *h, (void **)&c->credits_dev);
+    if (st >= 0) st = coll_dev_upload(c, c->credits_dev, h, n * sizeof *h);
+    free(h);
+    if (st < 0) return st;
+    c->base.credits = c->credits_dev;
+    return 0;
+}
+
+/* A registration's port channels, block by block (collective: its semaphore set). */
+static int coll_ring_register(cchan_coll_t *c, coll_reg_t *g) {
+    static const char *where = "cchan_coll_register";
+    const int nb = (int)c->ring_blocks, next = coll_ring_next(c), prev = coll_ring_prev(c);
+    int st = cchan_sem_set_create(c->comm, 2 * nb, CCHAN_SEM_HOST_MAPPED, &g->ring_sems);
+    if (st < 0) return coll_wrap(st, where, "cchan_sem_set_create(port ring)");
+    coll_ring_lane_t *h = (coll_ring_lane_t *)calloc((size_t)nb, sizeof *h);
+    if (!h) return colli_error(-ENOMEM, where, "no memory");
+    const char *what = "";
+    for (int b = 0; b < nb && st >= 0; b++) {
+        coll_ring_lane_t *l = &h[b];
+        what = "cchan_port_channel_create(to next)";
+        st = cchan_port_channel_create(c->proxy, CCHAN_TRANSPORT_AUTO, g->ring_sems, next, b,
+                                       c->peer_scratch[next], g->mem, &l->to_scratch);
+        if (st >= 0)
+            st = cchan_port_channel_create(c->proxy, CCHAN_TRANSPORT_AUTO, g->ring_sems, next,
+                                           nb + b, g->peers[next], g->mem, &l->to_self);
+        if (st < 0) break;
+        if (prev == next) { /* two ranks: the same semaphores carry both directions */
+            l->from_scratch = l->to_scratch;
+            l->from_self = l->to_self;
+            continue;
+        }
+        what = "cchan_port_channel_create(from prev)";
+        st = cchan_port_channel_create(c->proxy, CCHAN_TRANSPORT_AUTO, g->ring_sems, prev, b,
+                                       c->peer_scratch[prev], g->mem, &l->from_scratch);
+        if (st >= 0)
+            st = cchan_port_channel_create(c->proxy, CCHAN_TRANSPORT_AUTO, g->ring_sems, prev,
+                                           nb + b, g->peers[prev], g->mem, &l->from_self);
+    }
+    if (st < 0) {
+        free(h);
+        return coll_wrap(st, where, what);
+    }
+    st = coll_dev_alloc(c, (size_t)nb * sizeof *h, (void **)&g->ring_dev);
+    if (st >= 0) st = coll_dev_upload(c, g->ring_dev, h, (size_t)nb * sizeof *h);
+    free(h);
+    return st;
+}
+
+/* ------------------------------------------------------------------ create / destroy */
+
+static void coll_reg_free(cchan_coll_t *c, coll_reg_t *g) {
+    coll_dev_free(c, g->ring_dev);
+    if (g->ring_sems) cchan_sem_set_destroy(g->ring_sems);
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank && g->peers[p]) cchan_mem_destroy(g->peers[p]);
+    if (g->mem) cchan_mem_destroy(g->mem);
+    free(g);
+}
+
+static void coll_release(cchan_coll_t *c) {
+    if (c->proxy) {
+        (void)cchan_proxy_stop(c->proxy, 5000);
+        (void)cchan_proxy_destroy(c->proxy);
+    }
+    while (c->regs) {
+        coll_reg_t *g = c->regs;
+        c->regs = g->next;
+        coll_reg_free(c, g);
+    }
+    coll_dev_free(c, c->credits_dev);
+    if (c->sw_owner) cchan_switch_destroy(c->sw_owner);
+    if (c->credits) cchan_sem_set_destroy(c->credits);
+    coll_dev_free(c, c->sems_dev);
+    coll_dev_free(c, c->ll_epoch_dev);
+    if (c->sems) cchan_sem_set_destroy(c->sems);
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank && c->peer_scratch[p]) cchan_mem_destroy(c->peer_scratch[p]);
+    if (c->scratch) cchan_mem_destroy(c->scratch);
+    free(c);
+}
+
+int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
+    static const char *where = "cchan_coll_create";
+    coll_clear_error();
+    if (!comm || !out) return colli_error(-EINVAL, where, "comm and out must not be NULL");
+    if (cfg && (cfg->magic != CCHAN_COLL_CONFIG_MAGIC || cfg->size < sizeof(cchan_coll_config_t)))
+        return colli_error(-EINVAL, where,
+                           "config not initialized with CCHAN_COLL_CONFIG_INIT (magic 0x%x, size "
+                           "%zu)",
+                           cfg->magic, cfg->size);
+    if (cfg && cfg->max_blocks < 0) return colli_error(-EINVAL, where, "max_blocks < 0");
+    int nranks = cchan_comm_size(comm);
+    if (nranks < 1 || nranks > COLL_MAX_RANKS)
+        return colli_error(CCHAN_ERR_UNSUPPORTED, where,
+                           "%d ranks: cchan_coll supports 1 to %d ranks of one host", nranks,
+                           COLL_MAX_RANKS);
+    cchan_platform_t platform = cchan_comm_platform(comm);
+    if (platform != CCHAN_PLATFORM_CUDA && platform != CCHAN_PLATFORM_HOST)
+        return colli_error(CCHAN_ERR_UNSUPPORTED, where, "platform %d (CUDA and host only)",
+                           (int)platform);
+
+    cchan_coll_t *c = (cchan_coll_t *)calloc(1, sizeof *c);
+    if (!c) return colli_error(-ENOMEM, where, "no memory");
+    c->comm = comm;
+    c->rank = cchan_comm_rank(comm);
+    c->nranks = nranks;
+    c->device = cchan_comm_device(comm);
+    c->platform = platform;
+    int gpu = platform == CCHAN_PLATFORM_CUDA;
+    c->nthreads = gpu ? COLL_THREADS_GPU : 1u;
+    int maxb =
+        cfg && cfg->max_blocks ? cfg->max_blocks : (gpu ? COLL_HB_BLOCKS_GPU : COLL_BLOCKS_HOST);
+    if (!gpu && maxb > COLL_HOST_BLOCKS_MAX) maxb = COLL_HOST_BLOCKS_MAX;
+    c->hb_blocks = (uint32_t)maxb;
+    c->ll_blocks = gpu ? (maxb < (int)COLL_LL_BLOCKS_GPU ? (uint32_t)maxb : COLL_LL_BLOCKS_GPU)
+                       : (uint32_t)maxb;
+    size_t scratch = cfg && cfg->scratch_bytes ? cfg->scratch_bytes
+                                               : (gpu ? COLL_SCRATCH_GPU : COLL_SCRATCH_HOST);
+    /* LL slots: a quarter of the scratch at most; HB staging: the rest, two regions. */
+    size_t n2 = 2 * (size_t)nranks;
+    size_t ll_slot = scratch / (4 * n2) / 16 * 16;
+    if (ll_slot > COLL_LL_SLOT_MAX) ll_slot = COLL_LL_SLOT_MAX;
+    size_t hb_slot = (scratch - n2 * ll_slot) / n2 / 16 * 16;
+    if (ll_slot < 16 || hb_slot < 256) {
+        free(c);
+        return colli_error(-EINVAL, where, "scratch_bytes %zu too small for %d ranks (>= %zu)",
+                           scratch, nranks, n2 * (16 + 256));
+    }
+    if (c->hb_blocks > hb_slot / 256) c->hb_blocks = (uint32_t)(hb_slot / 256); /* lanes >= 256 B */
+    /* PORT_RING receive slots: as much again as the HB staging, two slots per block */
+    c->ring_blocks = c->hb_blocks < COLL_RING_BLOCKS_MAX ? c->hb_blocks : COLL_RING_BLOCKS_MAX;
+    size_t ring_chunk = n2 * hb_slot / (2 * (size_t)c->ring_blocks) / 16 * 16;
+    if (ring_chunk > COLL_RING_CHUNK_MAX) ring_chunk = COLL_RING_CHUNK_MAX;
+    size_t sw_chunk = n2 * hb_slot / 2;
+    if (sw_chunk > COLL_SW_CHUNK_MAX) sw_chunk = COLL_SW_CHUNK_MAX;
+    sw_chunk = sw_chunk / (16 * (size_t)nranks) * (16 * (size_t)nranks);
+    c->scratch_bytes =
+        n2 * (ll_slot + hb_slot) + 2 * (size_t)c->ring_blocks * ring_chunk + 2 * sw_chunk;
+
+    int st;
+    const char *step = "";
+#define COLL_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        step = what;                                                                               \
+        st = (call);                                                                               \
+        if (st < 0) goto fail_rt;                                                                  \
+    } while (0)
+    COLL_TRY(cchan_mem_alloc(comm, c->scratch_bytes, 0, &c->scratch), "cchan_mem_alloc(scratch)");
+    COLL_TRY(cchan_mem_exchange(comm, c->scratch, c->peer_scratch), "cchan_mem_exchange(scratch)");
+    if (nranks > 1)
+        COLL_TRY(cchan_sem_set_create(comm, (int)c->hb_blocks, 0, &c->sems),
+                 "cchan_sem_set_create");
+    /* portable path: the flags never opt in to multicast (DESIGN.md section 8) */
+    COLL_TRY(cchan_switch_channel_create(comm, c->scratch, NULL, 0, &c->base.sw, &c->sw_owner),
+             "cchan_switch_channel_create");
+#undef COLL_TRY
+
+    coll_args_t *a = &c->base;
+    cchan_switch_channel_t sw = a->sw;
+    memset(a, 0, sizeof *a);
+    a->sw = sw;
+    a->rank = c->rank;
+    a->nranks = nranks;
+    a->scratch = (uint8_t *)cchan_mem_ptr(c->scratch);
+    for (int p = 0; p < nranks; p++)
+        a->peer_scratch[p] = (uint8_t *)cchan_mem_ptr(c->peer_scratch[p]);
+    a->ll_off = 0;
+    a->ll_slot = ll_slot;
+    a->hb_off = n2 * ll_slot;
+    a->hb_slot = hb_slot;
+    a->ring_off = n2 * (ll_slot + hb_slot);
+    a->ring_chunk = ring_chunk;
+    a->sw_off = a->ring_off + 2 * (size_t)c->ring_blocks * ring_chunk;
+    a->sw_chunk = sw_chunk;
+    a->ll_ctl = cchan_comm_wait_ctl(comm, -1, 0xC011u);
+
+    st = coll_dev_alloc(c, c->ll_blocks * sizeof(uint32_t), (void **)&c->ll_epoch_dev);
+    if (st < 0) goto fail;
+    {
+        uint32_t *zero = (uint32_t *)calloc(c->ll_blocks, sizeof(uint32_t));
+        if (!zero) {
+            st = colli_error(-ENOMEM, where, "no memory");
+            goto fail;
+        }
+        st = coll_dev_upload(c, c->ll_epoch_dev, zero, c->ll_blocks * sizeof(uint32_t));
+        free(zero);
+        if (st < 0) goto fail;
+    }
+    a->ll_epoch = c->ll_epoch_dev;
+    if (nranks > 1) {
+        size_t ns = (size_t)c->hb_blocks * (size_t)(nranks - 1);
+        cchan_semaphore_t *h = (cchan_semaphore_t *)calloc(ns, sizeof *h);
+        if (!h) {
+            st = colli_error(-ENOMEM, where, "no memory");
+            goto fail;
+        }
+        for (uint32_t b = 0; b < c->hb_blocks && st >= 0; b++)
+            for (int j = 1; j < nranks && st >= 0; j++) {
+                int p = (c->rank + j) % nranks;
+                st = cchan_sem_set_get(c->sems, p, (int)b, &h[b * (size_t)(nranks - 1) + (j - 1)]);
+            }
+        if (st < 0) {
+            free(h);
+            st = coll_wrap(st, where, "cchan_sem_set_get");
+            goto fail;
+        }
+        st = coll_dev_alloc(c, ns * sizeof *h, (void **)&c->sems_dev);
+        if (st >= 0) st = coll_dev_upload(c, c->sems_dev, h, ns * sizeof *h);
+        free(h);
+        if (st < 0) goto fail;
+        a->sems = c->sems_dev;
+        if ((st = coll_ring_setup(c)) < 0) goto fail;
+    }
+    *out = c;
+    return 0;
+
+fail_rt:
+    st = coll_wrap(st, where, step);
+fail:
+    coll_release(c);
+    return st;
+}
+
+int cchan_coll_destroy(cchan_coll_t *c) {
+    coll_clear_error();
+    if (!c) return colli_error(-EINVAL, "cchan_coll_destroy", "coll is NULL");
+    /* Peers may still read our scratch through their mappings until they are done with it. */
+    int st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
+    coll_release(c);
+    if (st < 0) return coll_wrap(st, "cchan_coll_destroy", "cchan_bootstrap_barrier");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
+    static const char *where = "cchan_coll_register";
+    coll_clear_error();
+    if (!c || !ptr || !bytes) return colli_error(-EINVAL, where, "coll, ptr and bytes must be set");
+    coll_reg_t *g = (coll_reg_t *)calloc(1, sizeof *g);
+    if (!g) return colli_error(-ENOMEM, where, "no memory");
+    g->ptr = (uint8_t *)ptr;
+    g->bytes = bytes;
+    int st = cchan_mem_register(c->comm, ptr, bytes, 0, &g->mem);
+    if (st < 0) {
+        free(g);
+        return coll_wrap(st, where, "cchan_mem_register");
+    }
+    st = cchan_mem_exchange(c->comm, g->mem, g->peers);
+    if (st < 0) {
+        cchan_mem_destroy(g->mem);
+        free(g);
+        return coll_wrap(st, where, "cchan_mem_exchange");
+    }
+    if (c->nranks > 1 && (st = coll_ring_register(c, g)) < 0) {
+        coll_reg_free(c, g);
+        return st;
+    }
+    g->next = c->regs;
+    c->regs = g;
+    return 0;
+}
+
+int cchan_coll_deregister(cchan_coll_t *c, void *ptr) {
+    static const char *where = "cchan_coll_deregister";
+    coll_clear_error();
+    if (!c || !ptr) return colli_error(-EINVAL, where, "coll and ptr must be set");
+    coll_reg_t **pp = &c->regs;
+    while (*pp && (*pp)->ptr != (uint8_t *)ptr) pp = &(*pp)->next;
+    if (!*pp) return colli_error(-ENOENT, where, "%p was not registered", ptr);
+    coll_reg_t *g = *pp;
+    *pp = g->next;
+    /* Every rank is done with the buffer (its peers' channels and mappings) before it goes. */
+    int st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
+    coll_reg_free(c, g);
+    if (st >= 0) st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
+    return st < 0 ? coll_wrap(st, where, "cchan_bootstrap_barrier") : 0;
+}
+
+/* The registration holding [p, p + bytes), or NULL. */
+static const coll_reg_t *coll_find_reg(const cchan_coll_t *c, const void *p, size_t bytes) {
+    const uint8_t *q = (const uint8_t *)p;
+    for (const coll_reg_t *g = c->regs; g; g = g->next)
+        if (q >= g->ptr && bytes <= g->bytes && (size_t)(q - g->ptr) <= g->bytes - bytes) return g;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ selection */
+
+/* The selector's table: the first row whose op matches, whose rank count is at most max_ranks,
+ * whose message (bytes of the full buffer: AllReduce's, AllGather's output, ReduceScatter's input)
+ * lies in [min_bytes, max_bytes] and whose algorithm supports the call wins; HB all-pairs supports
+ * everything and is the fallback. Why these rows (2xH200, BASELINES.md):
+ *   - LL moves every byte with a flag (twice the bytes, each peer gets the whole message) but
+ *     finishes in one one-way latency with no barrier; HB pays rank barriers (a system-scope
+ *     release that drains the block's NVLink stores, then a round trip: ~4 us each measured) and
+ *     is bandwidth-bound beyond. Measured on 2xH200 (CUDA graph, float): AllReduce LL 6.3 us at
+ *     256 KiB and 18.9 at 1 MiB against HB 14.3 / 15.2 (zero-copy 13.9 / 14.5); AllGather LL 4.6
+ *     at 256 KiB, 11.1 at 1 MiB against HB 10.1 / 10.4; ReduceScatter LL 4.8 / 10.8 against HB
+ *     11.5 / 12.7. With more ranks LL traffic grows with nranks - 1, so its window shrinks (those
+ *     rows are scaled, not measured).
+ *   - PORT_RING is in no row: on 2xH200 it reached 72 GB/s bus bandwidth at 1 GiB (AllReduce;
+ *     AllGather 160) against HB all-pairs' 360, every 2 MiB chunk costing a proxy round trip of
+ *     ~30 us with 32 blocks' channels in flight. It runs when asked for by name. A row for it
+ *     would go here once the proxy keeps the copy engines busy; the code already restricts it to
+ *     registered buffers (a call with CCHAN_COLL_AUTO falls back to HB when they are not).
+ * Retune from cchan-coll-bench. */
+typedef struct coll_select_row {
+    cchan_coll_op_t op;
+    int max_ranks;
+    size_t min_bytes, max_bytes;
+    cchan_coll_algo_t algo;
+} coll_select_row_t;
+
+static const coll_select_row_t coll_select_table[] = {
+    {CCHAN_COLL_ALLREDUCE, 2, 0, 512 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_ALLREDUCE, 4, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_ALLREDUCE, 8, 0, 128 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_ALLGATHER, 2, 0, 512 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_ALLGATHER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_REDUCESCATTER, 2, 0, COLL_MiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_REDUCESCATTER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+};
+
+/* HB all-pairs AllReduce on registered buffers reads the peers' inputs (zero-copy) up to this size;
+ * beyond, NVLink reads from 128 blocks fell behind the scratch path's stores on 2xH200 (1 GiB: 336
+ * against 360 GB/s; 1 MiB: 14.5 against 15.2 us). */
+#define COLL_ZC_MAX_BYTES (16 * COLL_MiB)
+
+int cchan_coll_supported(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t algo,
+                         size_t bytes) {
+    if (!c || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return 0;
+    size_t n = (size_t)c->nranks;
+    switch (algo) {
+    case CCHAN_COLL_AUTO: return 1;
+    case CCHAN_COLL_LL_ALLPAIRS: {
+        size_t per_src = op == CCHAN_COLL_ALLREDUCE ? bytes : (bytes + n - 1) / n;
+        return per_src <= c->base.ll_slot / 2;
+    }
+    case CCHAN_COLL_HB_ALLPAIRS: return 1;
+    case CCHAN_COLL_PORT_RING: /* with registered buffers (the call checks) */
+        if (n < 2 || (op == CCHAN_COLL_REDUCESCATTER && n != 2)) return 0;
+        /* AllGather/ReduceScatter DMA whole per-rank blocks: a block that is not a multiple of
+         * 16 bytes puts every other rank's copies on misaligned addresses, which the copy engines
+         * move far slower (seen stalling a 1 GiB f16 AllGather on 2xH200) */
+        return op == CCHAN_COLL_ALLREDUCE || (bytes % n == 0 && (bytes / n) % 16 == 0);
+    case CCHAN_COLL_SWITCH: return op == CCHAN_COLL_ALLREDUCE;
+    default: return 0;
+    }
+}
+
+cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes) {
+    if (!c) return CCHAN_COLL_HB_ALLPAIRS;
+    for (size_t i = 0; i < sizeof coll_select_table / sizeof coll_select_table[0]; i++) {
+        const coll_select_row_t *row = &coll_select_table[i];
+        if (row->op == op && c->nranks <= row->max_ranks && bytes >= row->min_bytes &&
+            bytes <= row->max_bytes && cchan_coll_supported(c, op, row->algo, bytes) &&
+            (row->algo != CCHAN_COLL_PORT_RING || c->regs)) /* the ring needs registered buffers */
+            return row->algo;
+    }
+    return CCHAN_COLL_HB_ALLPAIRS;
+}
+
+/* ------------------------------------------------------------------ running a body */
+
+static int coll_body(coll_kernel_t k, int dt, const coll_args_t *a, uint32_t block,
+                     uint32_t nblocks) {
+    switch (k) {
+    case COLL_K_LL_ALLREDUCE: return coll_ll_allreduce_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_LL_ALLGATHER: return coll_ll_allgather_body(a, block, nblocks, 0, 1);
+    case COLL_K_LL_REDUCESCATTER: return coll_ll_reducescatter_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_HB_ALLREDUCE: return coll_hb_allreduce_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_HB_ALLGATHER: return coll_hb_allgather_body(a, block, nblocks, 0, 1);
+    case COLL_K_HB_REDUCESCATTER: return coll_hb_reducescatter_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_ZC_ALLREDUCE: return coll_zc_allreduce_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_RING_ALLREDUCE: return coll_ring_allreduce_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_RING_ALLGATHER: return coll_ring_allgather_body(a, block, nblocks, 0, 1);
+    case COLL_K_RING_REDUCESCATTER:
+        return coll_ring_reducescatter_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_SWITCH_ALLREDUCE: return coll_switch_allreduce_body(a, dt, block, nblocks, 0, 1);
+    default: return CCHAN_ERR_INTERNAL;
+    }
+}
+
+typedef struct coll_host_block {
+    coll_kernel_t k;
+    int dt;
+    const coll_args_t *a;
+    uint32_t block, nblocks;
+    int status;
+} coll_host_block_t;
+
+static void *coll_host_thread(void *p) {
+    coll_host_block_t *b = (coll_host_block_t *)p;
+    b->status = coll_body(b->k, b->dt, b->a, b->block, b->nblocks);
+    return NULL;
+}
+
+/* Host platform: one CPU thread per block; returns when every block is done. */
+static int coll_run_host(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a,
+                         uint32_t nblocks, const char *where) {
+    (void)c;
+    coll_host_block_t blocks[COLL_HOST_BLOCKS_MAX];
+    pthread_t threads[COLL_HOST_BLOCKS_MAX];
+    if (nblocks > COLL_HOST_BLOCKS_MAX)
+        return colli_error(CCHAN_ERR_INTERNAL, where, "%u blocks", nblocks);
+    uint32_t started = 0;
+    int st = 0;
+    for (uint32_t b = 0; b < nblocks; b++) {
+        blocks[b] = (coll_host_block_t){k, dt, a, b, nblocks, 0};
+        if (b + 1 == nblocks) break; /* the calling thread runs the last block */
+        int e = pthread_create(&threads[b], NULL, coll_host_thread, &blocks[b]);
+        if (e) {
+            /* Blocks already started would wait forever for their siblings' peers: fatal. */
+            st = colli_error(-e, where, "pthread_create for block %u of %u", b, nblocks);
+            break;
+        }
+        started++;
+    }
+    if (st == 0) coll_host_thread(&blocks[nblocks - 1]);
+    for (uint32_t b = 0; b < started; b++) pthread_join(threads[b], NULL);
+    if (st) return st;
+    for (uint32_t b = 0; b < nblocks; b++)
+        if (blocks[b].status)
+            return colli_error(blocks[b].status, where,
+                               "block %u: a wait passed the device deadline (CCHAN_TIMEOUT_MS) "
+                               "or a port channel request failed",
+                               b);
+    return 0;
+}
+
+static int coll_run(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a,
+                    uint32_t nblocks, void *stream, const char *where) {
+    if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, k, dt, a, nblocks, where);
+    int st = colli_cuda_launch(c->device, k, dt, a, nblocks, c->nthreads, stream);
+    return st;
+}
+
+/* HB grid: one block per COLL_HB_BYTES_PER_BLOCK of what a round moves per rank, within limits. */
+static uint32_t coll_hb_grid(const cchan_coll_t *c, size_t bytes_per_rank) {
+    size_t g = (bytes_per_rank + COLL_HB_BYTES_PER_BLOCK - 1) / COLL_HB_BYTES_PER_BLOCK;
+    if (c->platform == CCHAN_PLATFORM_HOST) g = c->hb_blocks;
+    if (g < 1) g = 1;
+    if (g > c->hb_blocks) g = c->hb_blocks;
+    return (uint32_t)g;
+}
+
+/* ------------------------------------------------------------------ the collectives */
+
+static int coll_check(cchan_coll_t *c, const void *send, void *recv, cchan_coll_dtype_t dtype,
+                      cchan_coll_algo_t algo, const char *where) {
+    coll_clear_error();
+    if (!c) return colli_error(-EINVAL, where, "coll is NULL");
+    if (!send || !recv) return colli_error(-EINVAL, where, "send and recv must not be NULL");
+    if (cchan_coll_dtype_size(dtype) == 0)
+        return colli_error(-EINVAL, where, "unknown dtype %d", (int)dtype);
+    if ((unsigned)algo >= CCHAN_COLL_ALGO_COUNT)
+        return colli_error(-EINVAL, where, "unknown algo %d", (int)algo);
+    return 0;
+}
+
+/* Elements x size without overflow, and the full-buffer size n times that. */
+static int coll_bytes(size_t count, size_t es, size_t mul, size_t *out, const char *where) {
+    if (count > SIZE_MAX / es / mul)
+        return colli_error(CCHAN_ERR_RANGE, where, "%zu elements of %zu bytes overflow", count, es);
+    *out = count * es * mul;
+    return 0;
+}
+
+/* Picks the algorithm; for PORT_RING also fills the registrations (send's and recv's). */
+static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *algo, size_t bytes,
+                     const void *send, size_t send_bytes, const void *recv, size_t recv_bytes,
+                     coll_args_t *a, const char *where) {
+    int automatic = *algo == CCHAN_COLL_AUTO;
+    if (automatic) *algo = cchan_coll_select(c, op, bytes);
+    if (!cchan_coll_supported(c, op, *algo, bytes))
+        return colli_error(CCHAN_ERR_UNSUPPORTED, where,
+                           "algorithm %s cannot run this call (%zu bytes, %d ranks%s)",
+                           cchan_coll_algo_name(*algo), bytes, c->nranks,
+                           *algo == CCHAN_COLL_LL_ALLPAIRS ? ", beyond the LL scratch slots"
+                           : *algo == CCHAN_COLL_PORT_RING
+                               ? ": ReduceScatter needs 2 ranks; AllGather and ReduceScatter a "
+                                 "per-rank block of a multiple of 16 bytes"
+                               : ": AllReduce only");
+    if (*algo != CCHAN_COLL_PORT_RING) return 0;
+    const coll_reg_t *gs = coll_find_reg(c, send, send_bytes);
+    const coll_reg_t *gr = coll_find_reg(c, recv, recv_bytes);
+    if (!gs || !gr) {
+        if (automatic) {
+            *algo = CCHAN_COLL_HB_ALLPAIRS;
+            return 0;
+        }
+        return colli_error(CCHAN_ERR_UNSUPPORTED, where,
+                           "port_ring needs send and recv inside buffers registered with "
+                           "cchan_coll_register (%s is not)",
+                           gs ? "recv" : "send");
+    }
+    a->ring_send = gs->ring_dev;
+    a->ring_recv = gr->ring_dev;
+    a->send_off = (uint64_t)((const uint8_t *)send - gs->ptr);
+    a->recv_off = (uint64_t)((const uint8_t *)recv - gr->ptr);
+    return 0;
+}
+
+/* PORT_RING grid: one block per COLL_RING_BYTES_PER_BLOCK a rank sends, within limits. */
+static uint32_t coll_ring_grid(const cchan_coll_t *c, size_t bytes_per_rank) {
+    size_t g = (bytes_per_rank + COLL_RING_BYTES_PER_BLOCK - 1) / COLL_RING_BYTES_PER_BLOCK;
+    if (c->platform == CCHAN_PLATFORM_HOST) g = c->ring_blocks;
+    if (g < 1) g = 1;
+    if (g > c->ring_blocks) g = c->ring_blocks;
+    return (uint32_t)g;
+}
+
+static coll_args_t coll_args(const cchan_coll_t *c, const void *send, void *recv, size_t count,
+                             cchan_coll_dtype_t dtype) {
+    coll_args_t a = c->base;
+    a.send = (const uint8_t *)send;
+    a.recv = (uint8_t *)recv;
+    a.count = count;
+    a.esize = (uint32_t)cchan_coll_dtype_size(dtype);
+    return a;
+}
+
+int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t count,
+                         cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream) {
+    static const char *where = "cchan_coll_allreduce";
+    int st = coll_check(c, send, recv, dtype, algo, where);
+    size_t bytes = 0;
+    if (st == 0) st = coll_bytes(count, cchan_coll_dtype_size(dtype), 1, &bytes, where);
+    if (st || count == 0) return st;
+    coll_args_t a = coll_args(c, send, recv, count, dtype);
+    a.in_place = send == recv;
+    st = coll_pick(c, CCHAN_COLL_ALLREDUCE, &algo, bytes, send, bytes, recv, bytes, &a, where);
+    if (st) return st;
+    const size_t per = bytes / (size_t)c->nranks;
+    switch (algo) {
+    case CCHAN_COLL_LL_ALLPAIRS:
+        return coll_run(c, COLL_K_LL_ALLREDUCE, (int)dtype, &a, c->ll_blocks, stream, where);
+    case CCHAN_COLL_PORT_RING:
+        return coll_run(c, COLL_K_RING_ALLREDUCE, (int)dtype, &a, coll_ring_grid(c, per), stream,
+                        where);
+    case CCHAN_COLL_SWITCH:
+        return coll_run(c, COLL_K_SWITCH_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream,
+                        where);
+    default: break;
+    }
+    const coll_reg_t *gs = coll_find_reg(c, send, bytes), *gr = coll_find_reg(c, recv, bytes);
+    /* zero-copy: read every rank's input, write every rank's output */
+    if (gs && gr && bytes <= COLL_ZC_MAX_BYTES) {
+        for (int p = 0; p < c->nranks; p++) {
+            a.peer_send[p] =
+                (const uint8_t *)cchan_mem_ptr(gs->peers[p]) + ((const uint8_t *)send - gs->ptr);
+            a.peer_recv[p] = (uint8_t *)cchan_mem_ptr(gr->peers[p]) + ((uint8_t *)recv - gr->ptr);
+        }
+        return coll_run(c, COLL_K_ZC_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream,
+                        where);
+    }
+    return coll_run(c, COLL_K_HB_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream, where);
+}
+
+int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t sendcount,
+                         cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream) {
+    static const char *where = "cchan_coll_allgather";
+    int st = coll_check(c, send, recv, dtype, algo, where);
+    size_t bytes = 0;
+    if (st == 0)
+        st = coll_bytes(sendcount, cchan_coll_dtype_size(dtype), (size_t)c->nranks, &bytes, where);
+    if (st || sendcount == 0) return st;
+    const size_t per = bytes / (size_t)c->nranks;
+    coll_args_t a = coll_args(c, send, recv, sendcount, dtype);
+    a.in_place = (const uint8_t *)send == (const uint8_t *)recv + (size_t)c->rank * per;
+    /* the ring reads only recv (it copies send into it first): send need not be registered */
+    st = coll_pick(c, CCHAN_COLL_ALLGATHER, &algo, bytes, recv, bytes, recv, bytes, &a, where);
+    if (st) return st;
+    switch (algo) {
+    case CCHAN_COLL_LL_ALLPAIRS:
+        return coll_run(c, COLL_K_LL_ALLGATHER, (int)dtype, &a, c->ll_blocks, stream, where);
+    case CCHAN_COLL_PORT_RING:
+        return coll_run(c, COLL_K_RING_ALLGATHER, (int)dtype, &a, coll_ring_grid(c, per), stream,
+                        where);
+    default:
+        return coll_run(c, COLL_K_HB_ALLGATHER, (int)dtype, &a, coll_hb_grid(c, per), stream,
+                        where);
+    }
+}
+
+int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size_t recvcount,
+                             cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream) {
+    static const char *where = "cchan_coll_reducescatter";
+    int st = coll_check(c, send, recv, dtype, algo, where);
+    size_t bytes = 0;
+    if (st == 0)
+        st = coll_bytes(recvcount, cchan_coll_dtype_size(dtype), (size_t)c->nranks, &bytes, where);
+    if (st || recvcount == 0) return st;
+    const size_t per = bytes / (size_t)c->nranks;
+    coll_args_t a = coll_args(c, send, recv, recvcount, dtype);
+    a.in_place = (uint8_t *)recv == (const uint8_t *)send + (size_t)c->rank * per;
+    /* the ring reads send with the copy engine; recv is written by the SMs only */
+    st = coll_pick(c, CCHAN_COLL_REDUCESCATTER, &algo, bytes, send, bytes, send, bytes, &a, where);
+    if (st) return st;
+    switch (algo) {
+    case CCHAN_COLL_LL_ALLPAIRS:
+        return coll_run(c, COLL_K_LL_REDUCESCATTER, (int)dtype, &a, c->ll_blocks, stream, where);
+    case CCHAN_COLL_PORT_RING:
+        return coll_run(c, COLL_K_RING_REDUCESCATTER, (int)dtype, &a, coll_ring_grid(c, per),
+                        stream, where);
+    default:
+        return coll_run(c, COLL_K_HB_REDUCESCATTER, (int)dtype, &a, coll_hb_grid(c, per), stream,
+                        where);
+    }
+}

@@ -1,0 +1,148 @@
+/* cchan_coll on CUDA: one thin __global__ wrapper per (algorithm body, dtype), and the device
+ * memory helpers of the host runtime. A failed device wait traps (wait.h), so the bodies' return
+ * values carry nothing here. */
+#include <cuda_runtime.h>
+
+#include "coll_internal.h"
+
+#define COLL_KERNEL_BOUNDS __launch_bounds__(512)
+
+#define COLL_DEFINE_KERNELS(DT, suffix)                                                            \
+    __global__ void COLL_KERNEL_BOUNDS k_ll_allreduce_##suffix(                                    \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_ll_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_ll_reducescatter_##suffix(                                \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_ll_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_hb_allreduce_##suffix(                                    \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_hb_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_hb_reducescatter_##suffix(                                \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_hb_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_zc_allreduce_##suffix(                                    \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_zc_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_ring_allreduce_##suffix(                                  \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_ring_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);    \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_switch_allreduce_##suffix(                                \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_switch_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
+    }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_ring_reducescatter_##suffix(                              \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        (void)coll_ring_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x,             \
+                                           blockDim.x);                                            \
+    }
+
+COLL_DEFINE_KERNELS(COLL_F32, f32)
+COLL_DEFINE_KERNELS(COLL_F16, f16)
+COLL_DEFINE_KERNELS(COLL_BF16, bf16)
+#undef COLL_DEFINE_KERNELS
+
+/* AllGather moves bytes: one kernel for every dtype. */
+__global__ void COLL_KERNEL_BOUNDS k_ll_allgather(const __grid_constant__ coll_args_t a) {
+    (void)coll_ll_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+}
+__global__ void COLL_KERNEL_BOUNDS k_hb_allgather(const __grid_constant__ coll_args_t a) {
+    (void)coll_hb_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+}
+__global__ void COLL_KERNEL_BOUNDS k_ring_allgather(const __grid_constant__ coll_args_t a) {
+    (void)coll_ring_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+}
+
+typedef void (*coll_kernel_fn)(const coll_args_t);
+
+static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
+#define COLL_PICK(name) (dt == COLL_F32 ? name##_f32 : dt == COLL_F16 ? name##_f16 : name##_bf16)
+    switch (k) {
+    case COLL_K_LL_ALLREDUCE: return COLL_PICK(k_ll_allreduce);
+    case COLL_K_LL_ALLGATHER: return k_ll_allgather;
+    case COLL_K_LL_REDUCESCATTER: return COLL_PICK(k_ll_reducescatter);
+    case COLL_K_HB_ALLREDUCE: return COLL_PICK(k_hb_allreduce);
+    case COLL_K_HB_ALLGATHER: return k_hb_allgather;
+    case COLL_K_HB_REDUCESCATTER: return COLL_PICK(k_hb_reducescatter);
+    case COLL_K_ZC_ALLREDUCE: return COLL_PICK(k_zc_allreduce);
+    case COLL_K_RING_ALLREDUCE: return COLL_PICK(k_ring_allreduce);
+    case COLL_K_RING_ALLGATHER: return k_ring_allgather;
+    case COLL_K_RING_REDUCESCATTER: return COLL_PICK(k_ring_reducescatter);
+    case COLL_K_SWITCH_ALLREDUCE: return COLL_PICK(k_switch_allreduce);
+    default: return NULL;
+    }
+#undef COLL_PICK
+}
+
+static int coll_cuda_fail(cudaError_t e, const char *where, const char *what) {
+    return colli_error(CCHAN_ERR_CUDA, where, "%s: %s (%s)", what, cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+}
+
+/* The caller's current device is restored: a library call must not move the application's. */
+typedef struct coll_device_scope {
+    int prev;
+    int ok;
+} coll_device_scope_t;
+
+static cudaError_t coll_enter(int device, coll_device_scope_t *s) {
+    s->ok = 0;
+    cudaError_t e = cudaGetDevice(&s->prev);
+    if (e != cudaSuccess) return e;
+    s->ok = 1;
+    return s->prev == device ? cudaSuccess : cudaSetDevice(device);
+}
+static void coll_leave(int device, const coll_device_scope_t *s) {
+    if (s->ok && s->prev != device) (void)cudaSetDevice(s->prev);
+}
+
+int colli_cuda_alloc(int device, size_t bytes, void **out) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    void *p = NULL;
+    if (e == cudaSuccess) e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) e = cudaMemset(p, 0, bytes);
+    coll_leave(device, &s);
+    if (e != cudaSuccess) {
+        if (p) cudaFree(p);
+        return coll_cuda_fail(e, "cchan_coll_create", "cudaMalloc of device state");
+    }
+    *out = p;
+    return 0;
+}
+
+int colli_cuda_free(int device, void *ptr) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) e = cudaFree(ptr);
+    coll_leave(device, &s);
+    return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll_destroy", "cudaFree");
+}
+
+int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t bytes) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    coll_leave(device, &s);
+    return e == cudaSuccess ? 0
+                            : coll_cuda_fail(e, "cchan_coll_create", "cudaMemcpy of device state");
+}
+
+int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
+                      uint32_t nblocks, uint32_t nthreads, void *stream) {
+    coll_kernel_fn fn = coll_cuda_kernel(k, dtype);
+    if (!fn) return colli_error(CCHAN_ERR_INTERNAL, "cchan_coll", "no kernel %d", (int)k);
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) {
+        fn<<<nblocks, nthreads, 0, (cudaStream_t)stream>>>(*args);
+        e = cudaGetLastError();
+    }
+    coll_leave(device, &s);
+    return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll", "kernel launch");
+}

@@ -1,0 +1,47 @@
+/* cchan_coll internals shared by the host runtime (coll.c) and the CUDA launcher (coll_cuda.cu). */
+#ifndef CCHAN_COLL_INTERNAL_H
+#define CCHAN_COLL_INTERNAL_H
+
+#include "cchan_coll.h"
+#include "coll_algos.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One algorithm body, i.e. one kernel per dtype. */
+typedef enum coll_kernel {
+    COLL_K_LL_ALLREDUCE = 0,
+    COLL_K_LL_ALLGATHER,
+    COLL_K_LL_REDUCESCATTER,
+    COLL_K_HB_ALLREDUCE,
+    COLL_K_HB_ALLGATHER,
+    COLL_K_HB_REDUCESCATTER,
+    COLL_K_ZC_ALLREDUCE,
+    COLL_K_RING_ALLREDUCE,
+    COLL_K_RING_ALLGATHER,
+    COLL_K_RING_REDUCESCATTER,
+    COLL_K_SWITCH_ALLREDUCE,
+    COLL_K_COUNT
+} coll_kernel_t;
+
+/* Device memory and launches on the CUDA platform (coll_cuda.cu; stubs without CUDA). Each returns
+ * 0 or a negative cchan status and writes its message with colli_error(). */
+int colli_cuda_alloc(int device, size_t bytes, void **out);
+int colli_cuda_free(int device, void *ptr);
+int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t bytes);
+int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
+                      uint32_t nblocks, uint32_t nthreads, void *stream);
+
+/* Records the calling thread's error message (cchan_coll_last_error) and returns status. */
+int colli_error(int status, const char *where, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCHAN_COLL_INTERNAL_H */

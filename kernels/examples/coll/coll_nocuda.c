@@ -1,0 +1,24 @@
+/* cchan_coll without CUDA in the build: the CUDA platform is never reached (a communicator of such
+ * a build is on the host platform); these keep the runtime linkable and say why if it were. */
+#include "coll_internal.h"
+
+static int coll_no_cuda(void) {
+    return colli_error(CCHAN_ERR_UNSUPPORTED, "cchan_coll", "this build has no CUDA");
+}
+int colli_cuda_alloc(int device, size_t bytes, void **out) {
+    (void)device, (void)bytes, (void)out;
+    return coll_no_cuda();
+}
+int colli_cuda_free(int device, void *ptr) {
+    (void)device, (void)ptr;
+    return coll_no_cuda();
+}
+int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t bytes) {
+    (void)device, (void)dst, (void)src, (void)bytes;
+    return coll_no_cuda();
+}
+int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
+                      uint32_t nblocks, uint32_t nthreads, void *stream) {
+    (void)device, (void)k, (void)dtype, (void)args, (void)nblocks, (void)nthreads, (void)stream;
+    return coll_no_cuda();
+}

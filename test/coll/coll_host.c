@@ -1,0 +1,329 @@
+/* cchan_coll on the host platform: every algorithm with a host implementation, every op and dtype,
+ * odd counts, in place and out of place, on random data checked exactly against a float64
+ * reference (the values are small multiples of a power of two, so every partial sum is exact in
+ * f32 and the rounded result is exact in f16/bf16: any wrong, missing or doubled contribution
+ * shows). Outputs carry guard elements after them that must stay untouched.
+ *
+ *   cchan-run -n N coll_host [scratch_bytes [max_count]]
+ *
+ * scratch_bytes small forces multi-round HB calls and LL size limits. Exit 0 when every check on
+ * every rank passed.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cchan_coll.h"
+
+#define GUARD 19 /* elements after every output */
+#define GUARD_BYTE 0x7B
+
+static int g_rank, g_nranks, g_failures, g_checks;
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        int s_ = (call);                                                                           \
+        if (s_ < 0) {                                                                              \
+            fprintf(stderr, "[r%d] %s:%d: %s = %d (%s): %s\n", g_rank, __FILE__, __LINE__, #call,  \
+                    s_, cchan_strerror(s_), cchan_coll_last_error());                              \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        g_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            g_failures++;                                                                          \
+            if (g_failures < 20) {                                                                 \
+                fprintf(stderr, "[r%d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                 \
+                fprintf(stderr, __VA_ARGS__);                                                      \
+                fprintf(stderr, "\n");                                                             \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Rank r's input element i in call `seed`: k * 2^-s with |k| small enough that sums of up to 8
+ * stay exact in the dtype. */
+static double value(uint64_t seed, int r, uint64_t i, cchan_coll_dtype_t dt) {
+    uint64_t h = mix64(seed ^ mix64((uint64_t)r * 0x10001ull + i * 0x9E37ull + 1));
+    switch (dt) {
+    case CCHAN_COLL_F32: return (double)((int64_t)(h % 2049) - 1024) / 8.0;
+    case CCHAN_COLL_F16: return (double)((int64_t)(h % 129) - 64) / 4.0;
+    default: return (double)((int64_t)(h % 33) - 16) / 2.0;
+    }
+}
+
+static void store(void *buf, uint64_t i, double v, cchan_coll_dtype_t dt) {
+    if (dt == CCHAN_COLL_F32) {
+        ((float *)buf)[i] = (float)v;
+    } else if (dt == CCHAN_COLL_F16) {
+        ((cchan_f16_t *)buf)[i] = cchan_f32_to_f16((float)v);
+    } else {
+        ((cchan_bf16_t *)buf)[i] = cchan_f32_to_bf16((float)v);
+    }
+}
+
+static double load(const void *buf, uint64_t i, cchan_coll_dtype_t dt) {
+    if (dt == CCHAN_COLL_F32) return ((const float *)buf)[i];
+    if (dt == CCHAN_COLL_F16) return cchan_f16_to_f32(((const cchan_f16_t *)buf)[i]);
+    return cchan_bf16_to_f32(((const cchan_bf16_t *)buf)[i]);
+}
+
+static const char *dtype_name(cchan_coll_dtype_t dt) {
+    return dt == CCHAN_COLL_F32 ? "f32" : dt == CCHAN_COLL_F16 ? "f16" : "bf16";
+}
+static const char *op_name(cchan_coll_op_t op) {
+    return op == CCHAN_COLL_ALLREDUCE   ? "allreduce"
+           : op == CCHAN_COLL_ALLGATHER ? "allgather"
+                                        : "reducescatter";
+}
+
+/* Runs one call and checks it. Returns 1 if the algorithm ran, 0 if it reported unsupported. */
+/* Registered buffers (cchan_mem_alloc, then cchan_coll_register) for the zero-copy and port-ring
+ * cases; NULL: each case mallocs its own. */
+static uint8_t *g_reg_a, *g_reg_b;
+
+static int run_case(cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
+                    cchan_coll_dtype_t dt, size_t count, int in_place, uint64_t seed) {
+    const size_t es = cchan_coll_dtype_size(dt), n = (size_t)g_nranks;
+    size_t in_elems = op == CCHAN_COLL_REDUCESCATTER ? count * n : count;
+    size_t out_elems = op == CCHAN_COLL_ALLGATHER ? count * n : count;
+    size_t full = op == CCHAN_COLL_ALLREDUCE ? count * es : count * n * es;
+    int supported = cchan_coll_supported(coll, op, algo, full);
+    /* in place: one buffer holding the larger of input and output */
+    size_t buf_elems = (in_elems > out_elems ? in_elems : out_elems) + GUARD;
+    int own = g_reg_a == NULL;
+    uint8_t *a = own ? (uint8_t *)malloc(buf_elems * es) : g_reg_a;
+    uint8_t *b = own ? (uint8_t *)malloc((out_elems + GUARD) * es) : g_reg_b;
+    if (!a || !b) exit(1);
+    memset(a, GUARD_BYTE, buf_elems * es);
+    memset(b, GUARD_BYTE, (out_elems + GUARD) * es);
+    uint8_t *send, *recv;
+    if (!in_place) {
+        send = a;
+        recv = b;
+    } else if (op == CCHAN_COLL_ALLGATHER) {
+        recv = a;
+        send = a + (size_t)g_rank * count * es;
+    } else {
+        send = a;
+        recv = op == CCHAN_COLL_REDUCESCATTER ? a + (size_t)g_rank * count * es : a;
+    }
+    for (size_t i = 0; i < in_elems; i++) store(send, i, value(seed, g_rank, i, dt), dt);
+
+    int st;
+    switch (op) {
+    case CCHAN_COLL_ALLREDUCE:
+        st = cchan_coll_allreduce(coll, send, recv, count, dt, algo, NULL);
+        break;
+    case CCHAN_COLL_ALLGATHER:
+        st = cchan_coll_allgather(coll, send, recv, count, dt, algo, NULL);
+        break;
+    default: st = cchan_coll_reducescatter(coll, send, recv, count, dt, algo, NULL); break;
+    }
+    if (!supported) {
+        EXPECT(st == CCHAN_ERR_UNSUPPORTED && strstr(cchan_coll_last_error(), "cannot run"),
+               "%s %s %zu: unsupported call returned %d (%s)", op_name(op),
+               cchan_coll_algo_name(algo), count, st, cchan_coll_last_error());
+        if (own) {
+            free(a);
+            free(b);
+        }
+        return 0;
+    }
+    EXPECT(st == 0, "%s %s %s count %zu %s: %d (%s)", op_name(op), cchan_coll_algo_name(algo),
+           dtype_name(dt), count, in_place ? "in place" : "out of place", st,
+           cchan_coll_last_error());
+    size_t bad = 0, first = (size_t)-1;
+    double got_first = 0, want_first = 0;
+    for (size_t i = 0; i < out_elems && st == 0; i++) {
+        double want = 0;
+        if (op == CCHAN_COLL_ALLGATHER) {
+            want = value(seed, (int)(i / count), i % count, dt);
+        } else {
+            size_t src = op == CCHAN_COLL_ALLREDUCE ? i : (size_t)g_rank * count + i;
+            for (int r = 0; r < g_nranks; r++) want += value(seed, r, src, dt);
+        }
+        double got = load(recv, i, dt);
+        if (got != want) {
+            if (!bad++) {
+                first = i;
+                got_first = got;
+                want_first = want;
+            }
+        }
+    }
+    EXPECT(bad == 0, "%s %s %s count %zu %s: %zu wrong elements, first [%zu] = %g, want %g",
+           op_name(op), cchan_coll_algo_name(algo), dtype_name(dt), count,
+           in_place ? "in place" : "out of place", bad, first, got_first, want_first);
+    /* guards: nothing written past the output (and, in place, past the whole buffer) */
+    const uint8_t *end = recv + out_elems * es;
+    const uint8_t *lim = in_place ? a + buf_elems * es : b + (out_elems + GUARD) * es;
+    size_t touched = 0;
+    for (const uint8_t *p = end; p < lim; p++) touched += *p != GUARD_BYTE;
+    if (in_place && op == CCHAN_COLL_REDUCESCATTER) touched = 0; /* the input lies beyond */
+    EXPECT(touched == 0, "%s %s %s count %zu: %zu guard bytes overwritten", op_name(op),
+           cchan_coll_algo_name(algo), dtype_name(dt), count, touched);
+    if (own) {
+        free(a);
+        free(b);
+    }
+    return 1;
+}
+
+static void test_errors(cchan_coll_t *coll) {
+    float x[4] = {0};
+    EXPECT(cchan_coll_allreduce(NULL, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == -EINVAL,
+           "NULL coll");
+    EXPECT(cchan_coll_allreduce(coll, NULL, x, 4, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == -EINVAL,
+           "NULL send");
+    EXPECT(cchan_coll_allreduce(coll, x, x, 4, (cchan_coll_dtype_t)7, CCHAN_COLL_AUTO, NULL) ==
+               -EINVAL,
+           "bad dtype");
+    EXPECT(strstr(cchan_coll_last_error(), "dtype") != NULL, "message names the dtype: '%s'",
+           cchan_coll_last_error());
+    EXPECT(cchan_coll_allgather(coll, x, x, 4, CCHAN_COLL_F32, (cchan_coll_algo_t)9, NULL) ==
+               -EINVAL,
+           "bad algo");
+    EXPECT(cchan_coll_allreduce(coll, x, x, SIZE_MAX / 2, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) ==
+               CCHAN_ERR_RANGE,
+           "overflowing count");
+    EXPECT(cchan_coll_allreduce(coll, x, x, 0, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == 0,
+           "zero count is a no-op");
+    EXPECT(cchan_coll_allreduce(coll, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_PORT_RING, NULL) ==
+                   (g_nranks > 1 ? CCHAN_ERR_UNSUPPORTED : CCHAN_ERR_UNSUPPORTED) &&
+               strstr(cchan_coll_last_error(), g_nranks > 1 ? "registered" : "cannot run"),
+           "port ring on unregistered buffers: '%s'", cchan_coll_last_error());
+    EXPECT(cchan_coll_supported(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_SWITCH, 1024) &&
+               !cchan_coll_supported(coll, CCHAN_COLL_ALLGATHER, CCHAN_COLL_SWITCH, 1024),
+           "switch: AllReduce only");
+    for (int op = 0; op < 3; op++)
+        for (size_t bytes = 1; bytes <= ((size_t)1 << 31); bytes *= 4) {
+            cchan_coll_algo_t a = cchan_coll_select(coll, (cchan_coll_op_t)op, bytes);
+            EXPECT(a != CCHAN_COLL_AUTO &&
+                       cchan_coll_supported(coll, (cchan_coll_op_t)op, a, bytes),
+                   "select(%s, %zu) = %s, which is not supported", op_name((cchan_coll_op_t)op),
+                   bytes, cchan_coll_algo_name(a));
+        }
+    EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) == CCHAN_COLL_HB_ALLPAIRS,
+           "1 GiB allreduce selects HB");
+    EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, 1024) == CCHAN_COLL_LL_ALLPAIRS,
+           "1 KiB allreduce selects LL");
+    cchan_coll_config_t bad = CCHAN_COLL_CONFIG_INIT;
+    bad.magic = 0;
+    cchan_coll_t *c2 = NULL;
+    EXPECT(cchan_coll_create(NULL, NULL, &c2) == -EINVAL && c2 == NULL, "NULL comm");
+    (void)bad;
+}
+
+int main(int argc, char **argv) {
+    size_t scratch = argc > 1 ? strtoull(argv[1], NULL, 0) : 0;
+    size_t max_count = argc > 2 ? strtoull(argv[2], NULL, 0) : 200003;
+    cchan_bootstrap_t *bs;
+    cchan_comm_t *comm;
+    cchan_comm_config_t ccfg = CCHAN_COMM_CONFIG_INIT;
+    ccfg.platform = CCHAN_PLATFORM_HOST;
+    ccfg.timeout_ms = 60000; /* a lost packet or signal fails the call instead of hanging */
+    CHECK(cchan_bootstrap_create_from_env(&bs));
+    CHECK(cchan_comm_create(bs, &ccfg, &comm));
+    g_rank = cchan_comm_rank(comm);
+    g_nranks = cchan_comm_size(comm);
+
+    cchan_coll_config_t cfg = CCHAN_COLL_CONFIG_INIT;
+    cfg.scratch_bytes = scratch;
+    cchan_coll_t *coll;
+    {
+        cchan_coll_config_t bad = CCHAN_COLL_CONFIG_INIT;
+        bad.magic = 1;
+        cchan_coll_t *c2 = NULL;
+        EXPECT(cchan_coll_create(comm, &bad, &c2) == -EINVAL && c2 == NULL, "bad config magic");
+    }
+    CHECK(cchan_coll_create(comm, &cfg, &coll));
+    test_errors(coll);
+
+    static const size_t counts[] = {1, 2, 3, 5, 8, 17, 100, 255, 1000, 4097, 12345, 65537, 200003};
+    static const cchan_coll_algo_t algos[] = {CCHAN_COLL_LL_ALLPAIRS, CCHAN_COLL_HB_ALLPAIRS,
+                                              CCHAN_COLL_SWITCH, CCHAN_COLL_AUTO};
+    uint64_t seed = 1;
+    int ran = 0, unsupported = 0;
+    for (size_t ai = 0; ai < sizeof algos / sizeof algos[0]; ai++)
+        for (int op = 0; op < 3; op++)
+            for (int dt = 0; dt < 3; dt++)
+                for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                    if (counts[ci] > max_count) continue;
+                    for (int ip = 0; ip < 2; ip++) {
+                        if (run_case(coll, (cchan_coll_op_t)op, algos[ai], (cchan_coll_dtype_t)dt,
+                                     counts[ci], ip, seed++))
+                            ran++;
+                        else
+                            unsupported++;
+                    }
+                }
+    /* LL epochs and HB rounds back to back, alternating sizes and ops: stale flags or slots
+     * reused too early would show as wrong sums. */
+    for (int it = 0; it < 60; it++) {
+        size_t c = (size_t)(it % 3 == 0 ? 3 : it % 3 == 1 ? 257 : 1031);
+        cchan_coll_op_t op = (cchan_coll_op_t)(it % 3);
+        run_case(coll, op, it & 1 ? CCHAN_COLL_LL_ALLPAIRS : CCHAN_COLL_AUTO,
+                 (cchan_coll_dtype_t)(it % 3), c, it % 4 == 1, seed++);
+        ran++;
+    }
+    /* Registered buffers: HB all-pairs AllReduce runs zero-copy, PORT_RING runs at all. */
+    {
+        size_t n = (size_t)g_nranks, big = max_count < 65537 ? max_count : 65537;
+        size_t bytes = (big * n + GUARD) * 4;
+        cchan_mem_t *ma, *mb;
+        CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
+        CHECK(cchan_mem_alloc(comm, bytes, 0, &mb));
+        g_reg_a = (uint8_t *)cchan_mem_ptr(ma);
+        g_reg_b = (uint8_t *)cchan_mem_ptr(mb);
+        CHECK(cchan_coll_register(coll, g_reg_a, bytes));
+        CHECK(cchan_coll_register(coll, g_reg_b, bytes));
+        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) ==
+                   CCHAN_COLL_HB_ALLPAIRS,
+               "1 GiB allreduce selects HB all-pairs (the port ring is in no selector row)");
+        static const cchan_coll_algo_t reg_algos[] = {CCHAN_COLL_HB_ALLPAIRS, CCHAN_COLL_PORT_RING,
+                                                      CCHAN_COLL_AUTO};
+        for (size_t ai = 0; ai < 3; ai++)
+            for (int op = 0; op < 3; op++)
+                for (int dt = 0; dt < 3; dt++)
+                    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                        if (counts[ci] > big) continue;
+                        for (int ip = 0; ip < 2; ip++) {
+                            if (run_case(coll, (cchan_coll_op_t)op, reg_algos[ai],
+                                         (cchan_coll_dtype_t)dt, counts[ci], ip, seed++))
+                                ran++;
+                            else
+                                unsupported++;
+                        }
+                    }
+        CHECK(cchan_coll_deregister(coll, g_reg_a));
+        CHECK(cchan_coll_deregister(coll, g_reg_b));
+        EXPECT(cchan_coll_deregister(coll, g_reg_a) == -ENOENT, "deregister twice");
+        g_reg_a = g_reg_b = NULL;
+        CHECK(cchan_mem_destroy(ma));
+        CHECK(cchan_mem_destroy(mb));
+    }
+    CHECK(cchan_coll_destroy(coll));
+
+    int verdicts[64] = {0}, mine = g_failures;
+    CHECK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, verdicts, sizeof(int)));
+    int total = 0;
+    for (int r = 0; r < g_nranks; r++) total += verdicts[r];
+    if (g_rank == 0)
+        printf("coll_host: %d ranks, scratch %zu: %d calls checked (%d reported unsupported), %d "
+               "checks, %d failures on all ranks\n",
+               g_nranks, scratch, ran, unsupported, g_checks, total);
+    CHECK(cchan_comm_destroy(comm));
+    return total ? 1 : 0;
+}
