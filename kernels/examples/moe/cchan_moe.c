@@ -1,0 +1,705 @@
+/* cchan MoE host runtime: validation, the group's buffer and its exchange, handles, and running the
+ * kernels of moe_kernels.h on the comm's platform (moe_cuda.cu on CUDA; on the host backend the
+ * calling thread runs each "block" of a kernel in turn, phase by phase). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe_internal.h"
+
+#define MOE_HOST_BLOCKS 3 /* host backend: blocks per operation, so cross-block paths run in CI */
+
+struct cchan_moe_group {
+    cchan_comm_t *comm;
+    cchan_moe_config_t cfg;
+    int cuda;
+    int nranks, rank, nblocks;
+    cchan_mem_t *buf;
+    cchan_mem_t *peers[MOE_MAX_RANKS];
+    moe_dev_t dev;
+    void *ws;          /* device: seq, done, sent[N] */
+    int32_t *err_host; /* host view of dev.err */
+    size_t smem_bytes;
+    size_t dispatch_region, combine_region;
+};
+
+struct cchan_moe_handle {
+    cchan_moe_group_t *g;
+    int num_tokens;
+    int32_t *topk;   /* device copy of the routing */
+    int32_t *counts; /* [L] */
+    uint32_t *src;   /* LL [L][N*B], HT [N*B]: where each row came from */
+    uint32_t *mask;  /* HT [B] */
+    uint16_t *slot;  /* HT [B][N] */
+    int32_t *mat;    /* HT [N][N] */
+    int32_t *base;   /* HT [N] */
+    int ht_rows;     /* HT: rows this rank receives */
+    uint32_t *epoch; /* [2]: staged dispatch, staged combine */
+    int dispatched;  /* a dispatch has been issued: combine may run */
+    int pending;     /* kind of the staged operation, 0 if none */
+    moe_op_t staged;
+};
+
+/* ------------------------------------------------------------------ errors */
+
+static _Thread_local char moe_errmsg[1024];
+
+const char *cchan_moe_last_error(void) { return moe_errmsg; }
+
+static int moe_error(int status, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int moe_error(int status, const char *where, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(moe_errmsg, sizeof moe_errmsg, "%s: %s (%s)", where, msg, cchan_strerror(status));
+    return status;
+}
+
+#define MOE_ARG(cond, where)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) return moe_error(-EINVAL, where, "invalid argument: %s", #cond);              \
+    } while (0)
+
+/* ------------------------------------------------------------------ device memory */
+
+static int moe_dalloc(cchan_moe_group_t *g, size_t bytes, void **out, const char *what) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 16;
+    if (g->cfg.alloc) {
+        int st = g->cfg.alloc(g->cfg.alloc_ctx, bytes, &p);
+        if (st != 0 || p == NULL)
+            return moe_error(st < 0 ? st : -ENOMEM, "cchan_moe",
+                             "allocator callback failed for %s "
+                             "(%zu bytes): %d",
+                             what, bytes, st);
+    } else if (g->cuda) {
+#ifdef CCHAN_HAVE_CUDA
+        if (moe_cuda_malloc(bytes, &p) != 0)
+            return moe_error(CCHAN_ERR_CUDA, "cchan_moe", "%s (%zu bytes): %s", what, bytes,
+                             moe_cuda_error());
+#endif
+    } else {
+        p = calloc(1, bytes);
+        if (!p) return moe_error(-ENOMEM, "cchan_moe", "%s (%zu bytes)", what, bytes);
+    }
+    *out = p;
+    return 0;
+}
+
+static void moe_dfree(cchan_moe_group_t *g, void *p) {
+    if (!p) return;
+    if (g->cfg.free)
+        g->cfg.free(g->cfg.alloc_ctx, p);
+    else if (g->cuda) {
+#ifdef CCHAN_HAVE_CUDA
+        moe_cuda_free(p);
+#endif
+    } else
+        free(p);
+}
+
+static int moe_copy(cchan_moe_group_t *g, void *dst, const void *src, size_t bytes, void *stream,
+                    const char *what) {
+    if (bytes == 0) return 0;
+    if (!g->cuda) {
+        memcpy(dst, src, bytes);
+        return 0;
+    }
+#ifdef CCHAN_HAVE_CUDA
+    if (moe_cuda_memcpy_async(dst, src, bytes, stream) != 0)
+        return moe_error(CCHAN_ERR_CUDA, "cchan_moe", "%s: %s", what, moe_cuda_error());
+#endif
+    return 0;
+}
+
+/* ------------------------------------------------------------------ running kernels */
+
+static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
+    const moe_dev_t *d = &g->dev;
+    const int nb = g->nblocks;
+    uint8_t *smem = calloc((size_t)nb, g->smem_bytes);
+    if (!smem) return moe_error(-ENOMEM, "cchan_moe", "block scratch");
+    moe_block_t b[MOE_HOST_BLOCKS * 4];
+    for (int i = 0; i < nb; i++) {
+        b[i].block = (uint32_t)i;
+        b[i].nblocks = (uint32_t)nb;
+        b[i].tid = 0;
+        b[i].nthreads = 1;
+        moe_smem_layout(&b[i], smem + (size_t)i * g->smem_bytes, d->top_k, d->nranks,
+                        d->local_experts, d->ht ? 0 : d->max_tokens);
+    }
+    const uint32_t epoch = moe_op_epoch(d, op, &b[0]);
+    int st = 0;
+    if (d->ht) {
+        if (kind == MOE_KIND_HT_META) {
+            st = moe_ht_meta(d, op, &b[0], epoch);
+        } else if (kind == MOE_KIND_DISPATCH) {
+            if (op->phases & MOE_PHASE_SEND) {
+                for (int i = 0; i < nb && st == 0; i++)
+                    st = moe_ht_dispatch_send(d, op, &b[i], epoch);
+                for (int i = 0; i < nb && st == 0; i++)
+                    st = moe_ht_dispatch_publish(d, op, &b[i], epoch);
+            }
+            if (op->phases & MOE_PHASE_RECV)
+                for (int i = 0; i < nb && st == 0; i++)
+                    st = moe_ht_dispatch_recv(d, op, &b[i], epoch);
+        } else {
+            if (op->phases & MOE_PHASE_SEND) {
+                for (int i = 0; i < nb && st == 0; i++)
+                    st = moe_ht_combine_send(d, op, &b[i], epoch);
+                for (int i = 0; i < nb && st == 0; i++)
+                    st = moe_ht_combine_publish(d, op, &b[i], epoch);
+            }
+            if (op->phases & MOE_PHASE_RECV)
+                for (int i = 0; i < nb && st == 0; i++)
+                    st = moe_ht_combine_recv(d, op, &b[i], epoch);
+        }
+    } else if (kind == MOE_KIND_DISPATCH) {
+        if (op->phases & MOE_PHASE_SEND) {
+            for (int i = 0; i < nb; i++) {
+                moe_load_routing(d, op, &b[i], 1);
+                moe_block_scan_bits(b[i].mask, op->num_tokens, d->nranks, b[i].slot, b[i].total,
+                                    b[i].wsum, 0, 1);
+            }
+            for (int i = 0; i < nb && st == 0; i++) st = moe_ll_dispatch_send(d, op, &b[i], epoch);
+            for (int i = 0; i < nb && st == 0; i++)
+                st = moe_ll_dispatch_signal(d, op, &b[i], epoch);
+        }
+        if (op->phases & MOE_PHASE_RECV)
+            for (int i = 0; i < nb && st == 0; i++) st = moe_ll_dispatch_recv(d, op, &b[i], epoch);
+    } else {
+        if (op->phases & MOE_PHASE_SEND)
+            for (int i = 0; i < nb && st == 0; i++) st = moe_ll_combine_send(d, op, &b[i], epoch);
+        if (op->phases & MOE_PHASE_RECV)
+            for (int i = 0; i < nb && st == 0; i++) st = moe_ll_combine_recv(d, op, &b[i], epoch);
+    }
+    if (st == 0 && (op->phases & MOE_PHASE_RECV)) moe_op_acks(d, epoch);
+    if (op->phases & MOE_PHASE_SEND) *d->seq = epoch + 1;
+    free(smem);
+    if (st != 0) {
+        cchan_comm_check_device(g->comm);
+        return moe_error(st,
+                         kind == MOE_KIND_DISPATCH  ? "cchan_moe_dispatch"
+                         : kind == MOE_KIND_COMBINE ? "cchan_moe_combine"
+                                                    : "cchan_moe_handle_create",
+                         "waiting for a peer's counter: %s", cchan_last_error());
+    }
+    return 0;
+}
+
+static int moe_run(cchan_moe_group_t *g, int kind, moe_op_t *op, void *stream) {
+    if (!g->cuda) return moe_host_run(g, kind, op);
+#ifdef CCHAN_HAVE_CUDA
+    if (moe_cuda_launch(kind, &g->dev, op, g->nblocks, g->smem_bytes, stream) != 0)
+        return moe_error(CCHAN_ERR_CUDA,
+                         kind == MOE_KIND_DISPATCH ? "cchan_moe_dispatch" : "cchan_moe_combine",
+                         "%s", moe_cuda_error());
+    return 0;
+#else
+    (void)stream;
+    return moe_error(CCHAN_ERR_UNSUPPORTED, "cchan_moe", "built without CUDA");
+#endif
+}
+
+/* ------------------------------------------------------------------ group */
+
+typedef struct moe_shape {
+    int32_t mode, num_experts, hidden, top_k, max_tokens, num_blocks;
+} moe_shape_t;
+
+static int moe_check_config(const cchan_moe_config_t *c, int nranks) {
+    const char *w = "cchan_moe_group_create";
+    if (c->size < sizeof(cchan_moe_config_t) || c->magic != CCHAN_MOE_CONFIG_MAGIC ||
+        c->version != CCHAN_MOE_CONFIG_VERSION)
+        return moe_error(-EINVAL, w,
+                         "config not initialized with CCHAN_MOE_CONFIG_INIT "
+                         "(size %zu, magic 0x%x, version %u)",
+                         c->size, c->magic, c->version);
+    if (c->mode != CCHAN_MOE_LOW_LATENCY && c->mode != CCHAN_MOE_HIGH_THROUGHPUT)
+        return moe_error(-EINVAL, w, "unknown mode %d", (int)c->mode);
+    if (nranks > MOE_MAX_RANKS)
+        return moe_error(CCHAN_ERR_UNSUPPORTED, w, "%d ranks: at most %d (one host)", nranks,
+                         MOE_MAX_RANKS);
+    if (c->num_experts <= 0 || c->num_experts % nranks != 0)
+        return moe_error(-EINVAL, w, "num_experts %d must be a positive multiple of the %d ranks",
+                         c->num_experts, nranks);
+    if (c->hidden <= 0 || c->hidden % MOE_SCALE_BLOCK != 0)
+        return moe_error(-EINVAL, w, "hidden %d must be a positive multiple of %d", c->hidden,
+                         MOE_SCALE_BLOCK);
+    if (c->top_k < 1 || c->top_k > MOE_MAX_TOPK)
+        return moe_error(-EINVAL, w, "top_k %d out of [1, %d]", c->top_k, MOE_MAX_TOPK);
+    if (c->top_k > c->num_experts)
+        return moe_error(-EINVAL, w, "top_k %d > num_experts %d", c->top_k, c->num_experts);
+    const int ht = c->mode == CCHAN_MOE_HIGH_THROUGHPUT;
+    const int maxt = ht ? MOE_HT_MAX_TOKENS : MOE_LL_MAX_TOKENS;
+    if (c->max_tokens_per_rank < 1 || c->max_tokens_per_rank > maxt)
+        return moe_error(-EINVAL, w, "max_tokens_per_rank %d out of [1, %d] in %s mode",
+                         c->max_tokens_per_rank, maxt, ht ? "high-throughput" : "low-latency");
+    if (c->num_blocks < 0) return moe_error(-EINVAL, w, "num_blocks %d < 0", c->num_blocks);
+    if ((c->alloc == NULL) != (c->free == NULL))
+        return moe_error(-EINVAL, w, "alloc and free callbacks go together");
+    return 0;
+}
+
+int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
+                           cchan_moe_group_t **out) {
+    const char *w = "cchan_moe_group_create";
+    moe_errmsg[0] = '\0';
+    MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
+    const int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
+    int st = moe_check_config(cfg, nranks);
+    if (st) return st;
+
+    /* Every rank must have passed the same shape: compare before allocating anything. */
+    moe_shape_t mine = {cfg->mode,  cfg->num_experts,         cfg->hidden,
+                        cfg->top_k, cfg->max_tokens_per_rank, cfg->num_blocks};
+    moe_shape_t all[MOE_MAX_RANKS];
+    st = cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, all, sizeof mine);
+    if (st) return moe_error(st, w, "exchanging configurations: %s", cchan_last_error());
+    for (int r = 0; r < nranks; r++)
+        if (memcmp(&all[r], &mine, sizeof mine) != 0)
+            return moe_error(-EINVAL, w,
+                             "rank %d's configuration differs from rank %d's (experts %d/%d, "
+                             "hidden %d/%d, top_k %d/%d, max tokens %d/%d, mode %d/%d, blocks "
+                             "%d/%d)",
+                             r, rank, all[r].num_experts, mine.num_experts, all[r].hidden,
+                             mine.hidden, all[r].top_k, mine.top_k, all[r].max_tokens,
+                             mine.max_tokens, all[r].mode, mine.mode, all[r].num_blocks,
+                             mine.num_blocks);
+
+    cchan_moe_group_t *g = calloc(1, sizeof *g);
+    if (!g) return moe_error(-ENOMEM, w, "group");
+    g->comm = comm;
+    g->cfg = *cfg;
+    g->cfg.size = sizeof g->cfg;
+    g->cuda = cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA;
+    g->nranks = nranks;
+    g->rank = rank;
+#ifndef CCHAN_HAVE_CUDA
+    if (g->cuda) {
+        free(g);
+        return moe_error(CCHAN_ERR_UNSUPPORTED, w,
+                         "a CUDA communicator, but cchan_moe was built "
+                         "without CUDA");
+    }
+#endif
+
+    moe_dev_t *d = &g->dev;
+    const int N = nranks, E = cfg->num_experts, L = E / N, H = cfg->hidden, K = cfg->top_k,
+              B = cfg->max_tokens_per_rank;
+    d->rank = rank;
+    d->nranks = N;
+    d->num_experts = E;
+    d->local_experts = L;
+    d->hidden = H;
+    d->top_k = K;
+    d->max_tokens = B;
+    d->ht = cfg->mode == CCHAN_MOE_HIGH_THROUGHPUT;
+    d->hdr_bytes = moe_header_bytes(K);
+    d->slot_bytes = d->hdr_bytes + (uint32_t)H * 2; /* bf16 is the larger payload */
+    d->off_ack = 0;
+    d->off_dcnt = moe_align((uint64_t)N * 8);
+    if (!d->ht) {
+        d->off_ccnt = moe_align(d->off_dcnt + (uint64_t)L * N * 8);
+        d->off_disp = moe_align(d->off_ccnt + (uint64_t)E * 8);
+        d->off_cnts = d->off_disp;
+        d->off_route = d->off_disp;
+        g->dispatch_region = (size_t)N * B * d->slot_bytes;
+        d->off_comb = moe_align(d->off_disp + g->dispatch_region);
+        g->combine_region = (size_t)B * K * H * 2;
+        g->smem_bytes = (size_t)moe_smem_bytes(K, N, L, B);
+    } else {
+        d->off_ccnt = moe_align(d->off_dcnt + (uint64_t)N * 8);
+        d->off_cnts = moe_align(d->off_ccnt + (uint64_t)N * 8);
+        d->off_route = moe_align(d->off_cnts + ((uint64_t)N * N + (uint64_t)N * L) * 4);
+        d->off_disp = moe_align(d->off_route + (uint64_t)N * B * MOE_HT_ROUTE_WORDS(K) * 4);
+        g->dispatch_region = (size_t)N * B * H * 2;
+        d->off_comb = moe_align(d->off_disp + g->dispatch_region);
+        g->combine_region = (size_t)N * B * H * 2;
+        g->smem_bytes = (size_t)moe_smem_bytes(K, N, L, 0);
+    }
+    d->parity_bytes = moe_align(d->off_comb + g->combine_region);
+
+    if (g->cuda) {
+#ifdef CCHAN_HAVE_CUDA
+        int sms = 0;
+        if (moe_cuda_sm_count(cchan_comm_device(comm), &sms) != 0) {
+            free(g);
+            return moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+        }
+        g->nblocks = cfg->num_blocks ? cfg->num_blocks : d->ht ? MOE_HT_DEFAULT_BLOCKS : sms;
+        if (g->nblocks > sms) {
+            free(g);
+            return moe_error(-EINVAL, w,
+                             "num_blocks %d > %d SMs: the kernels' blocks wait for "
+                             "each other and must all be resident",
+                             cfg->num_blocks, sms);
+        }
+        if (moe_cuda_prepare(g->smem_bytes) != 0) {
+            free(g);
+            return moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+        }
+#endif
+    } else {
+        g->nblocks = cfg->num_blocks ? cfg->num_blocks : MOE_HOST_BLOCKS;
+        if (g->nblocks > MOE_HOST_BLOCKS * 4) g->nblocks = MOE_HOST_BLOCKS * 4;
+    }
+
+    const unsigned long long buf_bytes = 2 * d->parity_bytes;
+    st = cchan_mem_alloc(comm, (size_t)buf_bytes, 0, &g->buf);
+    if (st) {
+        free(g);
+        return moe_error(st, w, "communication buffer of %llu bytes: %s", buf_bytes,
+                         cchan_last_error());
+    }
+    st = cchan_mem_exchange(comm, g->buf, g->peers);
+    if (st) {
+        cchan_mem_destroy(g->buf);
+        free(g);
+        return moe_error(st, w, "exchanging the buffer: %s", cchan_last_error());
+    }
+    for (int r = 0; r < N; r++) d->peer[r] = (uint8_t *)cchan_mem_ptr(g->peers[r]);
+
+    size_t ws_bytes = 16 + (size_t)N * 8;
+    st = moe_dalloc(g, ws_bytes, &g->ws, "workspace");
+    if (st == 0) {
+        uint8_t *init = calloc(1, ws_bytes);
+        if (!init) st = moe_error(-ENOMEM, w, "workspace init");
+        uint32_t one = 1;
+        if (init) memcpy(init, &one, 4); /* epochs start at 1: a zeroed counter is older than any */
+        if (!st) st = moe_copy(g, g->ws, init, ws_bytes, NULL, "workspace init");
+#ifdef CCHAN_HAVE_CUDA
+        if (st == 0 && g->cuda && moe_cuda_stream_sync(NULL) != 0)
+            st = moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+#endif
+        free(init);
+    }
+    if (st == 0) {
+        d->seq = (uint32_t *)g->ws;
+        d->done = (uint32_t *)g->ws + 1;
+        d->sent = (uint64_t *)(void *)((uint8_t *)g->ws + 16);
+        /* the record lives in device memory (atomics on it stay on the GPU); cchan_moe_check
+         * copies it out */
+        g->err_host = calloc(4, sizeof(int32_t));
+        if (!g->err_host) st = moe_error(-ENOMEM, w, "error record");
+        if (!st && g->cuda)
+            st = moe_dalloc(g, 4 * sizeof(int32_t), (void **)&d->err, "error record");
+        else
+            d->err = g->err_host;
+    }
+    if (st) {
+        cchan_moe_group_destroy(g);
+        return st;
+    }
+    d->ctl = cchan_comm_wait_ctl(comm, -1, 0x4d6f45u /* "MoE" */);
+    st = cchan_bootstrap_barrier(cchan_comm_bootstrap(comm));
+    if (st) {
+        cchan_moe_group_destroy(g);
+        return moe_error(st, w, "barrier: %s", cchan_last_error());
+    }
+    *out = g;
+    return 0;
+}
+
+int cchan_moe_group_info(const cchan_moe_group_t *g, cchan_moe_info_t *out) {
+    MOE_ARG(g != NULL && out != NULL, "cchan_moe_group_info");
+    memset(out, 0, sizeof *out);
+    out->nranks = g->nranks;
+    out->rank = g->rank;
+    out->local_experts = g->dev.local_experts;
+    out->max_rows_per_expert = g->nranks * g->dev.max_tokens;
+    out->max_recv_rows = g->nranks * g->dev.max_tokens;
+    out->num_blocks = g->nblocks;
+    out->threads_per_block = !g->cuda ? 1 : g->dev.ht ? MOE_HT_THREADS : MOE_THREADS;
+    out->comm_buffer_bytes = (size_t)(2 * g->dev.parity_bytes);
+    out->dispatch_region_bytes = g->dispatch_region;
+    out->combine_region_bytes = g->combine_region;
+    return 0;
+}
+
+int cchan_moe_group_destroy(cchan_moe_group_t *g) {
+    if (!g) return 0;
+    int st = 0;
+    cchan_bootstrap_t *bs = cchan_comm_bootstrap(g->comm);
+    if (g->buf) {
+        int s = cchan_bootstrap_barrier(bs); /* no peer writes into our buffer any more */
+        if (s && !st)
+            st = moe_error(s, "cchan_moe_group_destroy", "barrier: %s", cchan_last_error());
+        for (int r = 0; r < g->nranks; r++)
+            if (r != g->rank && g->peers[r]) cchan_mem_destroy(g->peers[r]);
+        s = cchan_bootstrap_barrier(bs); /* every peer has unmapped ours */
+        if (s && !st)
+            st = moe_error(s, "cchan_moe_group_destroy", "barrier: %s", cchan_last_error());
+        cchan_mem_destroy(g->buf);
+    }
+    moe_dfree(g, g->ws);
+    if (g->cuda) moe_dfree(g, g->dev.err);
+    free(g->err_host);
+    free(g);
+    return st;
+}
+
+int cchan_moe_check(cchan_moe_group_t *g) {
+    const char *w = "cchan_moe_check";
+    MOE_ARG(g != NULL, w);
+    int st = cchan_comm_check_device(g->comm);
+    if (st) return moe_error(st, w, "%s", cchan_last_error());
+    if (g->cuda) {
+        st = moe_copy(g, g->err_host, g->dev.err, 4 * sizeof(int32_t), NULL,
+                      "reading the error record");
+#ifdef CCHAN_HAVE_CUDA
+        if (!st && moe_cuda_stream_sync(NULL) != 0)
+            st = moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+#endif
+        if (st) return st;
+    }
+    volatile int32_t *e = g->err_host;
+    switch (e[0]) {
+    case 0: return 0;
+    case MOE_ERR_EXPERT_RANGE:
+        return moe_error(CCHAN_ERR_RANGE, w,
+                         "token %d, top-k entry %d: expert id %d is outside "
+                         "[-1, %d); the entry was ignored",
+                         e[1], e[2], e[3], g->dev.num_experts);
+    case MOE_ERR_EXPERT_DUP:
+        return moe_error(CCHAN_ERR_RANGE, w,
+                         "token %d, top-k entry %d: expert %d is listed "
+                         "twice; the repeat was ignored",
+                         e[1], e[2], e[3]);
+    default:
+        return moe_error(CCHAN_ERR_INTERNAL, w,
+                         "expert %d, rank %d: counter and messages "
+                         "disagree (%d found)",
+                         e[1], e[2], e[3]);
+    }
+}
+
+/* ------------------------------------------------------------------ handles */
+
+/* HT handle creation: the count exchange (an operation of its own), then the rows this rank
+ * receives, read back to the host. */
+static int moe_ht_handle_meta(cchan_moe_handle_t *h, void *stream) {
+    cchan_moe_group_t *g = h->g;
+    const moe_dev_t *d = &g->dev;
+    const int N = d->nranks, B = d->max_tokens;
+    int st = moe_dalloc(g, (size_t)B * 4, (void **)&h->mask, "masks");
+    if (!st) st = moe_dalloc(g, (size_t)B * N * 2, (void **)&h->slot, "slots");
+    if (!st) st = moe_dalloc(g, (size_t)N * N * 4, (void **)&h->mat, "count matrix");
+    if (!st) st = moe_dalloc(g, (size_t)N * 4, (void **)&h->base, "bases");
+    if (st) return st;
+    moe_op_t op;
+    memset(&op, 0, sizeof op);
+    op.num_tokens = h->num_tokens;
+    op.phases = MOE_PHASE_SEND | MOE_PHASE_RECV;
+    op.topk = h->topk;
+    op.h_counts = h->counts;
+    op.h_epoch = h->epoch;
+    op.h_mask = h->mask;
+    op.h_slot = h->slot;
+    op.h_mat = h->mat;
+    op.h_base = h->base;
+    st = moe_run(g, MOE_KIND_HT_META, &op, stream);
+    if (st) return st;
+    int32_t mat[MOE_MAX_RANKS * MOE_MAX_RANKS];
+    st = moe_copy(g, mat, h->mat, (size_t)N * N * 4, stream, "reading the token counts");
+#ifdef CCHAN_HAVE_CUDA
+    if (!st && g->cuda && moe_cuda_stream_sync(stream) != 0)
+        st = moe_error(CCHAN_ERR_CUDA, "cchan_moe_handle_create", "%s", moe_cuda_error());
+#endif
+    if (st) return st;
+    h->ht_rows = 0;
+    for (int s = 0; s < N; s++) h->ht_rows += mat[s * N + d->rank];
+    return 0;
+}
+
+int cchan_moe_handle_create(cchan_moe_group_t *g, const int32_t *topk_idx, int num_tokens,
+                            void *stream, cchan_moe_handle_t **out) {
+    const char *w = "cchan_moe_handle_create";
+    moe_errmsg[0] = '\0';
+    MOE_ARG(g != NULL && out != NULL, w);
+    if (num_tokens < 0 || num_tokens > g->dev.max_tokens)
+        return moe_error(CCHAN_ERR_RANGE, w,
+                         "%d tokens: the group holds at most %d per rank "
+                         "(max_tokens_per_rank)",
+                         num_tokens, g->dev.max_tokens);
+    if (num_tokens > 0 && topk_idx == NULL)
+        return moe_error(-EINVAL, w, "topk_idx is NULL with %d tokens", num_tokens);
+    cchan_moe_handle_t *h = calloc(1, sizeof *h);
+    if (!h) return moe_error(-ENOMEM, w, "handle");
+    h->g = g;
+    h->num_tokens = num_tokens;
+    const moe_dev_t *d = &g->dev;
+    const size_t topk_bytes = (size_t)num_tokens * d->top_k * 4;
+    int st = moe_dalloc(g, topk_bytes, (void **)&h->topk, "routing");
+    if (!st) st = moe_dalloc(g, (size_t)d->local_experts * 4, (void **)&h->counts, "counts");
+    if (!st)
+        st = moe_dalloc(g, (size_t)(d->ht ? 1 : d->local_experts) * d->nranks * d->max_tokens * 4,
+                        (void **)&h->src, "row sources");
+    if (!st) st = moe_dalloc(g, 16, (void **)&h->epoch, "epochs");
+    if (!st) st = moe_copy(g, h->topk, topk_idx, topk_bytes, stream, "copying the routing");
+    if (!st && d->ht) st = moe_ht_handle_meta(h, stream);
+    if (st) {
+        cchan_moe_handle_destroy(h);
+        return st;
+    }
+    *out = h;
+    return 0;
+}
+
+int cchan_moe_handle_destroy(cchan_moe_handle_t *h) {
+    if (!h) return 0;
+    cchan_moe_group_t *g = h->g;
+    moe_dfree(g, h->topk);
+    moe_dfree(g, h->counts);
+    moe_dfree(g, h->src);
+    moe_dfree(g, h->epoch);
+    moe_dfree(g, h->mask);
+    moe_dfree(g, h->slot);
+    moe_dfree(g, h->mat);
+    moe_dfree(g, h->base);
+    free(h);
+    return 0;
+}
+
+int cchan_moe_handle_num_recv_tokens(cchan_moe_handle_t *h, void *stream, int *out) {
+    const char *w = "cchan_moe_handle_num_recv_tokens";
+    MOE_ARG(h != NULL && out != NULL, w);
+    if (h->g->dev.ht) {
+        *out = h->ht_rows;
+        return 0;
+    }
+    if (!h->dispatched || h->pending == MOE_KIND_DISPATCH)
+        return moe_error(-EINVAL, w, "no completed dispatch on this handle yet");
+    cchan_moe_group_t *g = h->g;
+    const int L = g->dev.local_experts;
+    int32_t counts[4096];
+    int32_t *c = L <= 4096 ? counts : malloc((size_t)L * 4);
+    if (!c) return moe_error(-ENOMEM, w, "counts");
+    int st = moe_copy(g, c, h->counts, (size_t)L * 4, stream, "reading the counts");
+#ifdef CCHAN_HAVE_CUDA
+    if (!st && g->cuda && moe_cuda_stream_sync(stream) != 0)
+        st = moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+#endif
+    if (!st) {
+        long sum = 0;
+        for (int e = 0; e < L; e++) sum += c[e];
+        *out = (int)sum;
+    }
+    if (c != counts) free(c);
+    return st;
+}
+
+/* ------------------------------------------------------------------ operations */
+
+int cchan_moe_dispatch(cchan_moe_handle_t *h, const cchan_moe_dispatch_args_t *a, int send_only,
+                       void *stream) {
+    const char *w = "cchan_moe_dispatch";
+    moe_errmsg[0] = '\0';
+    MOE_ARG(h != NULL && a != NULL, w);
+    if (h->pending)
+        return moe_error(-EINVAL, w,
+                         "the handle's staged %s has not been completed "
+                         "(cchan_moe_complete)",
+                         h->pending == MOE_KIND_DISPATCH ? "dispatch" : "combine");
+    if (a->dtype != CCHAN_MOE_BF16 && a->dtype != CCHAN_MOE_FP8_E4M3)
+        return moe_error(-EINVAL, w, "unknown output type %d", (int)a->dtype);
+    if (h->g->dev.ht && a->dtype != CCHAN_MOE_BF16)
+        return moe_error(CCHAN_ERR_UNSUPPORTED, w, "high-throughput mode dispatches bf16 only");
+    if (h->num_tokens > 0 && a->x == NULL) return moe_error(-EINVAL, w, "x is NULL");
+    if (a->out_x == NULL) return moe_error(-EINVAL, w, "out_x is NULL");
+    if (a->dtype == CCHAN_MOE_FP8_E4M3 && a->out_scales == NULL)
+        return moe_error(-EINVAL, w, "fp8 output needs out_scales");
+    if (((uintptr_t)a->x | (uintptr_t)a->out_x) & 15)
+        return moe_error(-EINVAL, w, "x and out_x must be 16-byte aligned");
+    moe_op_t op;
+    memset(&op, 0, sizeof op);
+    op.num_tokens = h->num_tokens;
+    op.fp8 = a->dtype == CCHAN_MOE_FP8_E4M3;
+    op.phases = MOE_PHASE_SEND | (send_only ? 0 : MOE_PHASE_RECV);
+    op.x = (const uint16_t *)a->x;
+    op.topk = h->topk;
+    op.out = a->out_x;
+    op.out_scales = a->out_scales;
+    op.out_counts = a->out_counts;
+    op.h_counts = h->counts;
+    op.h_src = h->src;
+    op.h_epoch = h->epoch;
+    op.h_mask = h->mask;
+    op.h_slot = h->slot;
+    op.h_mat = h->mat;
+    op.h_base = h->base;
+    op.ht_rows = h->ht_rows;
+    op.in_weights = a->topk_weights;
+    op.out_route = a->out_topk;
+    op.out_weights = a->out_weights;
+    int st = moe_run(h->g, MOE_KIND_DISPATCH, &op, stream);
+    if (st) return st;
+    h->dispatched = 1;
+    if (send_only) {
+        op.phases = MOE_PHASE_RECV;
+        h->staged = op;
+        h->pending = MOE_KIND_DISPATCH;
+    }
+    return 0;
+}
+
+int cchan_moe_combine(cchan_moe_handle_t *h, const void *expert_out, const float *topk_weights,
+                      void *out, int send_only, void *stream) {
+    const char *w = "cchan_moe_combine";
+    moe_errmsg[0] = '\0';
+    MOE_ARG(h != NULL, w);
+    if (h->pending)
+        return moe_error(-EINVAL, w,
+                         "the handle's staged %s has not been completed "
+                         "(cchan_moe_complete)",
+                         h->pending == MOE_KIND_DISPATCH ? "dispatch" : "combine");
+    if (!h->dispatched)
+        return moe_error(-EINVAL, w,
+                         "combine needs a dispatch on this handle first (it "
+                         "records where each expert row came from)");
+    if (expert_out == NULL) return moe_error(-EINVAL, w, "expert_out is NULL");
+    if (h->num_tokens > 0 && out == NULL) return moe_error(-EINVAL, w, "out is NULL");
+    if (((uintptr_t)expert_out | (uintptr_t)out) & 15)
+        return moe_error(-EINVAL, w, "expert_out and out must be 16-byte aligned");
+    moe_op_t op;
+    memset(&op, 0, sizeof op);
+    op.num_tokens = h->num_tokens;
+    op.phases = MOE_PHASE_SEND | (send_only ? 0 : MOE_PHASE_RECV);
+    op.x = (const uint16_t *)expert_out;
+    op.topk = h->topk;
+    op.weights = topk_weights;
+    op.out = out;
+    op.h_counts = h->counts;
+    op.h_src = h->src;
+    op.h_epoch = h->epoch + 1;
+    op.h_mask = h->mask;
+    op.h_slot = h->slot;
+    op.h_mat = h->mat;
+    op.h_base = h->base;
+    op.ht_rows = h->ht_rows;
+    int st = moe_run(h->g, MOE_KIND_COMBINE, &op, stream);
+    if (st) return st;
+    if (send_only) {
+        op.phases = MOE_PHASE_RECV;
+        h->staged = op;
+        h->pending = MOE_KIND_COMBINE;
+    }
+    return 0;
+}
+
+int cchan_moe_complete(cchan_moe_handle_t *h, void *stream) {
+    const char *w = "cchan_moe_complete";
+    moe_errmsg[0] = '\0';
+    MOE_ARG(h != NULL, w);
+    if (!h->pending) return moe_error(-EINVAL, w, "no staged (send_only) operation on this handle");
+    int kind = h->pending;
+    int st = moe_run(h->g, kind, &h->staged, stream);
+    if (st) return st;
+    h->pending = 0;
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* cchan MoE: the layout of the communication buffer every rank exchanges, shared by the kernels
+ * (device code, CUDA or host backend) and the host runtime. Internal to kernels/examples/moe.
+ *
+ * Every rank allocates one buffer with cchan_mem_alloc and maps every peer's. It holds two copies
+ * ("parities") of the same layout; operation number `epoch` (a per-group counter in device memory,
+ * raised by every dispatch and combine) uses parity epoch & 1, so a dispatch and the combine after
+ * it never share memory and consecutive operations overlap.
+ *
+ * One parity, low-latency (LL) mode, N ranks, E experts (L = E / N per rank), B = max tokens per
+ * rank, K = top-k, H = hidden:
+ *
+ *   dispatch counters  u64 [L][N]      (e, r): rank r's count for my local expert e
+ *   combine counters   u64 [E]         global expert e: its owner has sent its outputs back to me
+ *   dispatch region    [N][B] slots of MOE_SLOT bytes: rank r's messages, in r's token order
+ *   combine region     [B][K] rows of 2H bytes: the output of my token t's k-th expert
+ *
+ * The dispatch region is O(N·B·P) because a token travels once per destination rank (its header
+ * names its experts), not once per expert; the combine region is O(B·K·P) because each of a token's
+ * top-k results has a fixed row (t·K + k). DeepEP's layout is O(E·B·P) for each.
+ *
+ * Counters are overwritten, never reset: a dispatch counter holds
+ *   epoch << 32 | tokens r sent me (n_r) << 16 | tokens of those routed to e (m)
+ * and a combine counter holds the epoch. A counter of parity p only ever sees epochs of parity p,
+ * in increasing order, so "value >= epoch << 32" (a cchan wait) means "written by this operation".
+ *
+ * High-throughput (HT) mode, same parity structure, no headers:
+ *   dispatch counters  u64 [N]         (src r): epoch << 32 | 1, rank r's rows have landed
+ *   combine counters   u64 [N]         (expert rank r): epoch, rank r's combine rows have landed
+ *   count slots        u64 [N]         rank r's token count for me in this handle (handle creation)
+ *   dispatch region    [N·B] rows of 2H bytes: 2D output, rows of rank 0 first, then rank 1, ...
+ *   route region       [N·B][K] int32 local expert ids (-1: not mine) + [N·B][K] float weights
+ *   combine region     [N][B] rows of 2H bytes: rank r's result for my token t at (r, t)
+ */
+#ifndef CCHAN_MOE_WIRE_H
+#define CCHAN_MOE_WIRE_H
+
+#include "cchan/arch/arch.h"
+
+#define MOE_WIRE_VERSION 1
+#define MOE_MAX_RANKS 8
+#define MOE_MAX_TOPK 16
+#define MOE_LL_MAX_TOKENS 4096  /* the per-rank slot index and counts fit 16 bits */
+#define MOE_HT_MAX_TOKENS 65535 /* slots are 16-bit */
+#define MOE_SCALE_BLOCK 128     /* FP8: one float scale per 128 channels */
+#define MOE_ALIGN 128
+
+/* A dispatch message: header, then the token's data (bf16: 2H bytes; fp8: H bytes then H/128 float
+ * scales). Experts not on the receiving rank are listed too (the receiver skips them). */
+typedef struct moe_msg_header {
+    int32_t token;                /* index of the token on the sending rank */
+    int32_t ntopk;                /* valid entries in expert[] (= K) */
+    int32_t expert[MOE_MAX_TOPK]; /* global expert ids, -1 where none */
+} moe_msg_header_t;
+CCHAN_STATIC_ASSERT(sizeof(moe_msg_header_t) == 8 + 4 * MOE_MAX_TOPK, "moe header layout");
+
+/* The header occupies 8 + 4K bytes rounded up to 16 so the payload stays 16-byte aligned. */
+CCHAN_HOST_DEVICE_INLINE uint32_t moe_header_bytes(int top_k) {
+    return (uint32_t)((8 + 4 * top_k + 15) / 16 * 16);
+}
+CCHAN_HOST_DEVICE_INLINE uint64_t moe_align(uint64_t v) {
+    return (v + MOE_ALIGN - 1) / MOE_ALIGN * MOE_ALIGN;
+}
+
+#define MOE_COUNTER(epoch, n, m) (((uint64_t)(epoch) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(m))
+#define MOE_COUNTER_N(v) ((uint32_t)(((v) >> 16) & 0xffffu))
+#define MOE_COUNTER_M(v) ((uint32_t)((v)&0xffffu))
+
+#endif /* CCHAN_MOE_WIRE_H */
