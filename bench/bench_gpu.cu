@@ -285,6 +285,41 @@ __global__ void k_flag_pingpong(uint64_t *my_flag, uint64_t *peer_flag, uint64_t
     stamps_out(initiator, rec, ts);
 }
 
+/* Where the fences of a release/acquire flag cost: MODE 1 release store + relaxed poll; 2 relaxed
+ * store + acquire poll; 3 release store + relaxed poll + acquire fence once the flag is seen (a
+ * valid acquire pattern); 4 release fence + relaxed store, relaxed poll + acquire fence. */
+template <int MODE>
+__global__ void k_flag_mode_pingpong(uint64_t *my_flag, uint64_t *peer_flag, uint64_t base,
+                                     int initiator, int warm, int iters, int rec, uint64_t *ts) {
+    for (int i = -warm; i < iters; i++) {
+        uint64_t v = base + (uint64_t)(i + warm) + 1;
+        for (int side = 0; side < 2; side++) {
+            if ((side == 0) == (initiator != 0)) {
+                if (initiator) stamp(true, i, rec);
+                if (MODE == 4) asm volatile("fence.acq_rel.sys;" ::: "memory");
+                if (MODE == 1 || MODE == 3)
+                    raw_st_release_sys(peer_flag, v);
+                else
+                    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(peer_flag), "l"(v)
+                                 : "memory");
+            } else {
+                if (MODE == 2) {
+                    while (raw_ld_acquire_sys(my_flag) < v) {}
+                } else {
+                    uint64_t w;
+                    do {
+                        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w) : "l"(my_flag)
+                                     : "memory");
+                    } while (w < v);
+                    if (MODE >= 3) asm volatile("fence.acq_rel.sys;" ::: "memory");
+                }
+            }
+        }
+    }
+    stamp_end(initiator, iters, rec);
+    stamps_out(initiator, rec, ts);
+}
+
 /* For scale only: the same ping-pong with relaxed (volatile) accesses, no fences. It is not a valid
  * signal (it orders nothing), but it shows what the release/acquire pair costs on this machine. */
 __global__ void k_relaxed_flag_pingpong(uint64_t *my_flag, uint64_t *peer_flag, uint64_t base,
@@ -754,6 +789,10 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
     CK(cudaFuncSetAttribute(k_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CK(cudaFuncSetAttribute(k_sem_value_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CK(cudaFuncSetAttribute(k_red_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
     CK(cudaFuncSetAttribute(k_ll8_word_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1261,6 +1300,36 @@ static void run_mem_lat(gpu_t *g) {
                   "ping-pong without fences (relaxed, orders nothing):\n",
                   row.value.mean, row.base.mean);
         cb_lat_row(ctx, &rel);
+        {
+            static const char *const mode_name[] = {
+                "", "flag-release-relaxed-poll", "flag-relaxed-acquire-poll",
+                "flag-release-poll-then-fence", "flag-fences-split"};
+            for (int mode = 1; mode <= 4; mode++) {
+                cb_row_t mr;
+                row_init(&mr, "mem-lat", mode_name[mode], "raw-flag", "ns", 0, 1, 1);
+                mr.base = row.base;
+                uint64_t mbase = g->flag_epoch;
+                g->flag_epoch += (uint64_t)(warm + iters);
+                uint64_t *mf = (uint64_t *)(g->d_pkt + CB_FLAG_OFF);
+                uint64_t *pf = g->peer >= 0 ? (uint64_t *)((uint8_t *)cchan_mem_ptr(
+                                                               g->peer_pkt[g->peer]) +
+                                                           CB_FLAG_OFF)
+                                            : NULL;
+                pingpong(
+                    g, 1, iters, 0.5, mode_name[mode],
+                    [&](int initiator, int rec, size_t smem) {
+                        switch (mode) {
+                        case 1: k_flag_mode_pingpong<1><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
+                        case 2: k_flag_mode_pingpong<2><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
+                        case 3: k_flag_mode_pingpong<3><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
+                        default: k_flag_mode_pingpong<4><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
+                        }
+                    },
+                    &mr.value);
+                cb_printf(ctx, "#   raw flag, %s:\n", mode_name[mode]);
+                cb_lat_row(ctx, &mr);
+            }
+        }
 
         /* The two mechanisms cchan's signal and LL fast paths rest on, each in the same run. */
         cb_row_t red;
