@@ -38,6 +38,7 @@ typedef struct shim_real {
 
 /* The loaded fallback, or NULL (why: shim_real_why()). Thread-safe, loads once. */
 SHIM_HIDDEN const shim_real_t *shim_real(void);
+SHIM_HIDDEN int shim_foreign_comm(ncclComm_t comm);
 SHIM_HIDDEN const char *shim_real_why(void);
 
 /* ------------------------------------------------------------------ communicators */

@@ -34,6 +34,14 @@ ncclResult_t shim_check_comm(ncclComm_t comm, const char *where) {
     return ncclSuccess;
 }
 
+/* A communicator of the fallback NCCL itself, not one of this library's. Such handles arrive when
+ * the fallback was already loaded into the global scope before this shim loaded it (a framework
+ * preloading its own copy), so that the fallback's internal calls to its exported functions bind
+ * to this shim's exports: NCCL's argument checks call ncclCommGetAsyncError on its own handle. */
+int shim_foreign_comm(ncclComm_t comm) {
+    return comm != NULL && comm->magic != SHIM_COMM_MAGIC && shim_real() != NULL;
+}
+
 ncclResult_t shim_real_comm(ncclComm_t comm, const char *where, const shim_real_t **r,
                             ncclComm_t *real) {
     ncclResult_t res = shim_check_comm(comm, where);
@@ -942,6 +950,10 @@ SHIM_DEFINE(void, ncclResetDebugInit, (void)) {
 SHIM_DEFINE(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError)) {
     if (!asyncError)
         return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    if (shim_foreign_comm(comm)) {
+        const shim_real_t *r = shim_real();
+        if (r->ncclCommGetAsyncError) return r->ncclCommGetAsyncError(comm, asyncError);
+    }
     if (!comm || comm->magic != SHIM_COMM_MAGIC)
         return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: not a live communicator");
     if (comm->init_error != ncclSuccess) {
