@@ -90,38 +90,6 @@ void cb_stats(double *v, int n, cb_stats_t *out) {
 
 /* ---------------------------------------------------------------- sizes and options */
 
-int cb_parse_size(const char *s, uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -1;
-    uint64_t mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mult = 1ull << 10;
-        end++;
-        break;
-    case 'M':
-        mult = 1ull << 20;
-        end++;
-        break;
-    case 'G':
-        mult = 1ull << 30;
-        end++;
-        break;
-    case 'T':
-        mult = 1ull << 40;
-        end++;
-        break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'I') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end != '\0') return -1;
-    *out = (uint64_t)(v * (double)mult + 0.5);
-    return 0;
-}
-
 int cb_opt_int(int value, int dflt) { return value >= 0 ? value : dflt; }
 
 int cb_sweep(const cb_opts_t *o, uint64_t lo, uint64_t hi, double f, uint64_t clip_lo,
@@ -210,20 +178,6 @@ void cb_lat_row(cb_ctx_t *ctx, const cb_row_t *r) {
 
 /* ---------------------------------------------------------------- JSON */
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void json_num(FILE *f, double v) {
     if (isfinite(v))
         fprintf(f, "%.6g", v);
@@ -247,45 +201,32 @@ static void json_stats(FILE *f, const cb_stats_t *s) {
 
 int cb_json_write(const cb_ctx_t *ctx, const char *path) {
     if (ctx->rank != 0 || !path) return 0;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "cchan-bench: cannot write %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    time_t now = time(NULL);
-    char date[32];
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    const char *commit = getenv("CCHAN_BENCH_COMMIT");
 #ifdef CCHAN_BENCH_BUILD_COMMIT
-    if (!commit || !*commit) commit = CCHAN_BENCH_BUILD_COMMIT;
+    const char *build_commit = CCHAN_BENCH_BUILD_COMMIT;
+#else
+    const char *build_commit = NULL;
 #endif
-    fprintf(f, "{\n  \"bench\": \"cchan-bench\",\n  \"version\": ");
-    json_str(f, cchan_version());
-    fprintf(f, ",\n  \"commit\": ");
-    json_str(f, commit ? commit : "unknown");
-    fprintf(f, ",\n  \"date\": ");
-    json_str(f, date);
-    fprintf(f, ",\n  \"command\": ");
-    json_str(f, ctx->command);
+    FILE *f = cb_json_open(path, "cchan-bench", ctx->command, build_commit);
+    if (!f) return -1;
     fprintf(f, ",\n  \"backend\": ");
-    json_str(f, ctx->host_backend ? "host" : "cuda");
+    cb_json_str(f, ctx->host_backend ? "host" : "cuda");
     fprintf(f, ",\n  \"device\": ");
-    json_str(f, ctx->device);
+    cb_json_str(f, ctx->device);
     fprintf(f, ",\n  \"timer\": ");
-    json_str(f, ctx->timer);
+    cb_json_str(f, ctx->timer);
     fprintf(f, ",\n  \"nranks\": %d,\n  \"seconds\": %.1f,\n  \"rows\": [", ctx->nranks,
             cb_now() - ctx->t0);
     for (size_t i = 0; i < ctx->nrows; i++) {
         const cb_row_t *r = &ctx->rows[i];
         char chk[32];
         fprintf(f, "%s\n    {\"subcommand\": ", i ? "," : "");
-        json_str(f, r->test);
+        cb_json_str(f, r->test);
         fprintf(f, ", \"op\": ");
-        json_str(f, r->op);
+        cb_json_str(f, r->op);
         fprintf(f, ", \"baseline_op\": ");
-        json_str(f, r->base_op);
+        cb_json_str(f, r->base_op);
         fprintf(f, ", \"units\": ");
-        json_str(f, r->units);
+        cb_json_str(f, r->units);
         fprintf(f, ", \"src\": %d, \"dst\": %d, \"size\": %llu, \"grid\": %d, \"threads\": %d",
                 r->src, r->dst, (unsigned long long)r->bytes, r->blocks, r->threads);
         fprintf(f, ", \"value\": ");
@@ -295,7 +236,7 @@ int cb_json_write(const cb_ctx_t *ctx, const char *path) {
         fprintf(f, ", \"ratio\": ");
         json_num(f, cb_ratio(r));
         fprintf(f, ", \"check\": ");
-        json_str(f, cb_check_str(r->errors, chk, sizeof chk));
+        cb_json_str(f, cb_check_str(r->errors, chk, sizeof chk));
         fprintf(f, ", \"errors\": %lld,\n     \"stats\": ", (long long)r->errors);
         json_stats(f, &r->value);
         fprintf(f, ", \"baseline_stats\": ");

@@ -14,6 +14,8 @@
 
 #include "cchan/cchan.h"
 
+#include "bench_util.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -113,7 +115,6 @@ void cb_stats(double *v, int n, cb_stats_t *out);
  * [clip_lo, clip_hi]. Returns the count written to out (at most CB_MAX_SIZES). */
 int cb_sweep(const cb_opts_t *o, uint64_t lo, uint64_t hi, double f, uint64_t clip_lo,
              uint64_t clip_hi, uint64_t *out);
-int cb_parse_size(const char *s, uint64_t *out);
 int cb_opt_int(int value, int dflt);
 
 /* ---- collectives over the bootstrap (every rank calls them in the same order) */

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "coll_bench.h"
 
 /* ---------------------------------------------------------------- shared helpers */
@@ -84,19 +85,6 @@ int64_t ccb_sum_over_ranks(const ccb_ctx_t *ctx, int64_t mine) {
     return s;
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
 static void json_us(FILE *f, const char *key, double v) {
     fprintf(f, ", \"%s\": ", key);
     if (v > 0 && isfinite(v))
@@ -107,39 +95,26 @@ static void json_us(FILE *f, const char *key, double v) {
 
 int ccb_json_write(const ccb_ctx_t *ctx, const char *path) {
     if (ctx->rank != 0 || !path) return 0;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "cchan-coll-bench: cannot write %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    time_t now = time(NULL);
-    char date[32];
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    const char *commit = getenv("CCHAN_BENCH_COMMIT");
 #ifdef CCHAN_BENCH_BUILD_COMMIT
-    if (!commit || !*commit) commit = CCHAN_BENCH_BUILD_COMMIT;
+    const char *build_commit = CCHAN_BENCH_BUILD_COMMIT;
+#else
+    const char *build_commit = NULL;
 #endif
-    fprintf(f, "{\n  \"bench\": \"cchan-coll-bench\",\n  \"version\": ");
-    json_str(f, cchan_version());
-    fprintf(f, ",\n  \"commit\": ");
-    json_str(f, commit ? commit : "unknown");
-    fprintf(f, ",\n  \"date\": ");
-    json_str(f, date);
-    fprintf(f, ",\n  \"command\": ");
-    json_str(f, ctx->command);
+    FILE *f = cb_json_open(path, "cchan-coll-bench", ctx->command, build_commit);
+    if (!f) return -1;
     fprintf(f, ",\n  \"device\": ");
-    json_str(f, ctx->device);
+    cb_json_str(f, ctx->device);
     fprintf(f, ",\n  \"nccl\": ");
-    json_str(f, ctx->nccl_why);
+    cb_json_str(f, ctx->nccl_why);
     fprintf(f, ",\n  \"nranks\": %d,\n  \"rows\": [", ctx->nranks);
     for (size_t i = 0; i < ctx->nrows; i++) {
         const ccb_row_t *r = &ctx->rows[i];
         fprintf(f, "%s\n    {\"op\": ", i ? "," : "");
-        json_str(f, r->op);
+        cb_json_str(f, r->op);
         fprintf(f, ", \"algo\": ");
-        json_str(f, r->algo);
+        cb_json_str(f, r->algo);
         fprintf(f, ", \"dtype\": ");
-        json_str(f, r->dtype);
+        cb_json_str(f, r->dtype);
         fprintf(f, ", \"size\": %llu, \"count\": %llu, \"graph\": %d", (unsigned long long)r->bytes,
                 (unsigned long long)r->count, r->graph);
         if (!strcmp(r->op, "fused")) {
@@ -196,36 +171,6 @@ static void usage(FILE *f) {
             "  -h, --help\n"
             "NCCL is loaded at run time (CCHAN_NCCL_LIB, else libnccl.so.2); NCCL_NVLS_ENABLE is "
             "set to 0 and any other value is refused.\n");
-}
-
-static int parse_size(const char *s, uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -1;
-    uint64_t mult = 1;
-    switch (*end) {
-    case 'K':
-    case 'k':
-        mult = 1ull << 10;
-        end++;
-        break;
-    case 'M':
-    case 'm':
-        mult = 1ull << 20;
-        end++;
-        break;
-    case 'G':
-    case 'g':
-        mult = 1ull << 30;
-        end++;
-        break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    *out = (uint64_t)(v * (double)mult + 0.5);
-    return 0;
 }
 
 static int parse_int(const char *s, int lo, int *out) {
@@ -342,19 +287,19 @@ int main(int argc, char **argv) {
             o->algo = parse_algo(optarg);
             bad = o->algo == -2;
             break;
-        case 'b': bad = parse_size(optarg, &o->min_bytes) || !o->min_bytes; break;
-        case 'e': bad = parse_size(optarg, &o->max_bytes) || !o->max_bytes; break;
+        case 'b': bad = cb_parse_size(optarg, &o->min_bytes) || !o->min_bytes; break;
+        case 'e': bad = cb_parse_size(optarg, &o->max_bytes) || !o->max_bytes; break;
         case 'f':
             o->factor = atof(optarg);
             bad = !(o->factor > 1.0);
             break;
-        case 'i': bad = parse_size(optarg, &o->step) || !o->step; break;
+        case 'i': bad = cb_parse_size(optarg, &o->step) || !o->step; break;
         case 'n': bad = parse_int(optarg, 1, &o->iters); break;
         case 'w': bad = parse_int(optarg, 0, &o->warmup); break;
         case 'r': bad = parse_int(optarg, 1, &o->reps); break;
         case 'c': bad = parse_int(optarg, 0, &o->check); break;
         case 'G': bad = parse_int(optarg, 0, &o->graph_launches); break;
-        case OPT_GRAPH_MAX: bad = parse_size(optarg, &o->graph_max); break;
+        case OPT_GRAPH_MAX: bad = cb_parse_size(optarg, &o->graph_max); break;
         case OPT_TOKENS: bad = parse_list(optarg, o->tokens, &o->ntokens); break;
         case OPT_HIDDEN: bad = parse_list(optarg, o->hiddens, &o->nhiddens); break;
         case OPT_NO_NCCL: o->nccl = 0; break;

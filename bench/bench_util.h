@@ -1,0 +1,30 @@
+/* Helpers shared by the cchan benchmark programs (cchan-bench, cchan-coll-bench): size arguments
+ * and the JSON results files. Rank-independent; plain C. */
+#ifndef CCHAN_BENCH_UTIL_H
+#define CCHAN_BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "4K", "1MiB", "2g", "1.5M", "64": bytes with binary multipliers. 0, or -1 if malformed. */
+int cb_parse_size(const char *s, uint64_t *out);
+
+/* Writes s as a JSON string literal. */
+void cb_json_str(FILE *f, const char *s);
+
+/* Creates the JSON results file `path` and writes the fields every bench's file starts with
+ * ("bench", "version", "commit", "date", "command"), leaving the object open for the caller's
+ * fields. The commit is CCHAN_BENCH_COMMIT when set, else build_commit (may be NULL). Returns the
+ * stream, or NULL with the reason printed to stderr. */
+FILE *cb_json_open(const char *path, const char *bench, const char *command,
+                   const char *build_commit);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCHAN_BENCH_UTIL_H */
