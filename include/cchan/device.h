@@ -7,5 +7,6 @@
 #include "cchan/memory_channel.h"
 #include "cchan/port_channel.h"
 #include "cchan/status.h"
+#include "cchan/switch_channel.h"
 
 #endif /* CCHAN_DEVICE_H */
