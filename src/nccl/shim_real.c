@@ -112,12 +112,28 @@ static int own_path(char out[PATH_MAX]) {
     return realpath(info.dli_fname, out) ? 0 : -1;
 }
 
+/* RTLD_DEEPBIND keeps the fallback's references to its own exports inside it. The sanitizer
+ * runtimes refuse to load a library with it, so sanitizer builds go without. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SHIM_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SHIM_SANITIZED 1
+#endif
+#ifdef SHIM_SANITIZED
+#define SHIM_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#else
+#define SHIM_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)
+#endif
+
 /* 0 when path names a loadable NCCL other than this shim; the table is filled. */
 static int try_load(const char *path, const char *self) {
     char resolved[PATH_MAX];
     if (!realpath(path, resolved)) return -1;
     if (self[0] && !strcmp(resolved, self)) return -1;
-    void *h = dlopen(resolved, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void *h = dlopen(resolved, SHIM_DLOPEN_FLAGS);
     if (!h) {
         snprintf(real_why, sizeof real_why, "dlopen(%s): %s", resolved, dlerror());
         return -1;

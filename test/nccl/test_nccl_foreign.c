@@ -1,0 +1,43 @@
+/* Handles the shim did not make. A framework may load its own NCCL into the global scope before the
+ * shim loads it as the fallback; that NCCL's internal calls to its exported functions then bind to
+ * the shim (NCCL's argument checks call ncclCommGetAsyncError on its own communicator), so the shim
+ * must hand such handles back to the fallback instead of rejecting them.
+ *
+ *   test_nccl_foreign fake <libfake_nccl.so>   a fallback is loaded: the call reaches it
+ *   test_nccl_foreign none                      no fallback: the handle is rejected */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nccl_abi.h"
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    CHECK(argc >= 2);
+    int fake = !strcmp(argv[1], "fake");
+    CHECK(fake ? argc == 3 : !strcmp(argv[1], "none"));
+    setenv("CCHAN_NCCL_FALLBACK", fake ? argv[2] : "none", 1);
+
+    /* Zeroed memory standing for the fallback's communicator: not a shim handle. */
+    static uint64_t foreign[512];
+    ncclResult_t err = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError((ncclComm_t)(void *)foreign, &err);
+    if (fake) {
+        CHECK(r == ncclSuccess);
+        CHECK(err == ncclInProgress); /* answered by the fallback, not by the shim */
+    } else {
+        CHECK(r == ncclInvalidArgument);
+        CHECK(strstr(ncclGetLastError(NULL), "not a live communicator") != NULL);
+    }
+    CHECK(ncclCommGetAsyncError(NULL, &err) == ncclInvalidArgument);
+    printf("test_nccl_foreign %s: ok\n", argv[1]);
+    return 0;
+}
