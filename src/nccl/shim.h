@@ -39,6 +39,12 @@ typedef struct shim_real {
 /* The loaded fallback, or NULL (why: shim_real_why()). Thread-safe, loads once. */
 SHIM_HIDDEN const shim_real_t *shim_real(void);
 SHIM_HIDDEN int shim_foreign_comm(ncclComm_t comm);
+/* At the top of an export taking a communicator: a handle of the fallback itself goes back to the
+ * fallback's `name` (see shim_foreign_comm), with `args` naming the export's own parameters. */
+#define SHIM_HAND_BACK(name, comm, args)                                                           \
+    do {                                                                                           \
+        if (shim_foreign_comm(comm) && shim_real()->name) return shim_real()->name args;          \
+    } while (0)
 SHIM_HIDDEN const char *shim_real_why(void);
 
 /* ------------------------------------------------------------------ communicators */

@@ -189,6 +189,15 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
                                ncclDataType_t dtype, ncclRedOp_t redop, ncclComm_t comm,
                                cudaStream_t stream) {
     shim_clear_error();
+    switch (op) {
+    case OP_ALLREDUCE:
+        SHIM_HAND_BACK(ncclAllReduce, comm, (send, recv, count, dtype, redop, comm, stream));
+        break;
+    case OP_ALLGATHER: SHIM_HAND_BACK(ncclAllGather, comm, (send, recv, count, dtype, comm, stream)); break;
+    default:
+        SHIM_HAND_BACK(ncclReduceScatter, comm, (send, recv, count, dtype, redop, comm, stream));
+        break;
+    }
     ncclResult_t res = shim_check_comm(comm, op_names[op]);
     if (res != ncclSuccess) return res;
     char why[160] = "";
@@ -248,7 +257,8 @@ SHIM_DEFINE(ncclResult_t, ncclReduceScatter,
     SHIM_DEFINE(ncclResult_t, name, params) {                                                      \
         shim_clear_error();                                                                        \
         const shim_real_t *r;                                                                      \
-        ncclComm_t real;                                                                           \
+        ncclComm_t real = comm_arg;                                                                \
+        SHIM_HAND_BACK(name, comm_arg, args);                                                      \
         ncclResult_t res = shim_real_comm(comm_arg, #name, &r, &real);                             \
         if (res != ncclSuccess) return res;                                                        \
         if (!r->name) return shim_fail(ncclInvalidUsage, #name ": the fallback NCCL lacks it");    \

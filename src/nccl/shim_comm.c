@@ -950,10 +950,7 @@ SHIM_DEFINE(void, ncclResetDebugInit, (void)) {
 SHIM_DEFINE(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError)) {
     if (!asyncError)
         return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-    if (shim_foreign_comm(comm)) {
-        const shim_real_t *r = shim_real();
-        if (r->ncclCommGetAsyncError) return r->ncclCommGetAsyncError(comm, asyncError);
-    }
+    SHIM_HAND_BACK(ncclCommGetAsyncError, comm, (comm, asyncError));
     if (!comm || comm->magic != SHIM_COMM_MAGIC)
         return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: not a live communicator");
     if (comm->init_error != ncclSuccess) {
@@ -983,6 +980,7 @@ static ncclResult_t learn_rank(ncclComm_t comm) {
 }
 
 SHIM_DEFINE(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count)) {
+    SHIM_HAND_BACK(ncclCommCount, comm, (comm, count));
     ncclResult_t res = shim_check_comm(comm, "ncclCommCount");
     if (res == ncclSuccess) res = learn_rank(comm);
     if (res != ncclSuccess) return res;
@@ -992,6 +990,7 @@ SHIM_DEFINE(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count)) {
 }
 
 SHIM_DEFINE(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device)) {
+    SHIM_HAND_BACK(ncclCommCuDevice, comm, (comm, device));
     ncclResult_t res = shim_check_comm(comm, "ncclCommCuDevice");
     if (res != ncclSuccess) return res;
     if (!device) return shim_fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
@@ -1000,6 +999,7 @@ SHIM_DEFINE(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device)
 }
 
 SHIM_DEFINE(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank)) {
+    SHIM_HAND_BACK(ncclCommUserRank, comm, (comm, rank));
     ncclResult_t res = shim_check_comm(comm, "ncclCommUserRank");
     if (res == ncclSuccess) res = learn_rank(comm);
     if (res != ncclSuccess) return res;

@@ -38,6 +38,16 @@ int main(int argc, char **argv) {
         CHECK(strstr(ncclGetLastError(NULL), "not a live communicator") != NULL);
     }
     CHECK(ncclCommGetAsyncError(NULL, &err) == ncclInvalidArgument);
+
+    /* A collective (cchan's own path), a forwarded call and a query take the same turn. */
+    ncclComm_t comm = (ncclComm_t)(void *)foreign;
+    float x = 1.0f;
+    int count = 0;
+    ncclResult_t want = fake ? ncclInProgress : ncclInvalidArgument;
+    CHECK(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL) == want);
+    CHECK(ncclSend(&x, 1, ncclFloat32, 0, comm, NULL) == want);
+    r = ncclCommCount(comm, &count);
+    CHECK(fake ? r == ncclSuccess && count == 77 : r == ncclInvalidArgument);
     printf("test_nccl_foreign %s: ok\n", argv[1]);
     return 0;
 }
