@@ -193,7 +193,9 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
     case OP_ALLREDUCE:
         SHIM_HAND_BACK(ncclAllReduce, comm, (send, recv, count, dtype, redop, comm, stream));
         break;
-    case OP_ALLGATHER: SHIM_HAND_BACK(ncclAllGather, comm, (send, recv, count, dtype, comm, stream)); break;
+    case OP_ALLGATHER:
+        SHIM_HAND_BACK(ncclAllGather, comm, (send, recv, count, dtype, comm, stream));
+        break;
     default:
         SHIM_HAND_BACK(ncclReduceScatter, comm, (send, recv, count, dtype, redop, comm, stream));
         break;
