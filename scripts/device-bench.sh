@@ -24,9 +24,13 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 say() { echo "[device-bench] $*"; }
 
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
-export CCHAN_BENCH_COMMIT=$commit
+# A caller that knows better (a GPU machine's copy of .git can be stale) sets CCHAN_BENCH_COMMIT.
+if [ -z "${CCHAN_BENCH_COMMIT:-}" ]; then
+    commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+    export CCHAN_BENCH_COMMIT=$commit
+fi
+commit=$CCHAN_BENCH_COMMIT
 {
     say "commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname)"
     nvcc --version 2>/dev/null | tail -n 1

@@ -59,9 +59,13 @@ else
     fi
 fi
 
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
-export CCHAN_BENCH_COMMIT=$commit
+# A caller that knows better (a GPU machine's copy of .git can be stale) sets CCHAN_BENCH_COMMIT.
+if [ -z "${CCHAN_BENCH_COMMIT:-}" ]; then
+    commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+    export CCHAN_BENCH_COMMIT=$commit
+fi
+commit=$CCHAN_BENCH_COMMIT
 
 status=0
 # shellcheck disable=SC2086
