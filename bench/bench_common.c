@@ -23,12 +23,10 @@ uint64_t cb_now_ns(void) {
 }
 
 void cb_printf(const cb_ctx_t *ctx, const char *fmt, ...) {
-    if (ctx->rank != 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    cb_rank0_vprintf(ctx->rank, fmt, ap);
     va_end(ap);
-    fflush(stdout);
 }
 
 void cb_fail(cb_ctx_t *ctx, const char *fmt, ...) {
@@ -45,18 +43,8 @@ void cb_fail(cb_ctx_t *ctx, const char *fmt, ...) {
 
 void cb_die(const cb_ctx_t *ctx, const char *fmt, ...) {
     va_list ap;
-    fflush(stdout);
-    fprintf(stderr, "cchan-bench: rank %d: ", ctx ? ctx->rank : -1);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    fflush(stderr);
-    if (!ctx || ctx->rank == 0) {
-        printf("FAILED\n");
-        fflush(stdout);
-    }
-    exit(1);
+    cb_vdie("cchan-bench", ctx ? ctx->rank : -1, fmt, ap);
 }
 
 void cb_check(const cb_ctx_t *ctx, int status, const char *what) {

@@ -9,6 +9,25 @@
 
 #include "cchan/cchan.h"
 
+void cb_rank0_vprintf(int rank, const char *fmt, va_list ap) {
+    if (rank > 0) return;
+    vprintf(fmt, ap);
+    fflush(stdout);
+}
+
+void cb_vdie(const char *bench, int rank, const char *fmt, va_list ap) {
+    fflush(stdout);
+    fprintf(stderr, "%s: rank %d: ", bench, rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    if (rank <= 0) {
+        printf("FAILED\n");
+        fflush(stdout);
+    }
+    exit(1);
+}
+
 int cb_parse_size(const char *s, uint64_t *out) {
     char *end = NULL;
     errno = 0;

@@ -3,12 +3,18 @@
 #ifndef CCHAN_BENCH_UTIL_H
 #define CCHAN_BENCH_UTIL_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* printf on rank 0 only (rank < 0: no rank, prints too), flushed. */
+void cb_rank0_vprintf(int rank, const char *fmt, va_list ap);
+/* "<bench>: rank R: <message>" on stderr, "FAILED" on stdout from rank 0 (or rank < 0), exit(1). */
+void cb_vdie(const char *bench, int rank, const char *fmt, va_list ap) __attribute__((noreturn));
 
 /* "4K", "1MiB", "2g", "1.5M", "64": bytes with binary multipliers. 0, or -1 if malformed. */
 int cb_parse_size(const char *s, uint64_t *out);

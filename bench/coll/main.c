@@ -28,26 +28,16 @@ double ccb_now(void) {
 }
 
 void ccb_printf(const ccb_ctx_t *ctx, const char *fmt, ...) {
-    if (ctx->rank != 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    cb_rank0_vprintf(ctx->rank, fmt, ap);
     va_end(ap);
-    fflush(stdout);
 }
 
 void ccb_die(const ccb_ctx_t *ctx, const char *fmt, ...) {
     va_list ap;
-    fflush(stdout);
-    fprintf(stderr, "cchan-coll-bench: rank %d: ", ctx ? ctx->rank : -1);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    if (!ctx || ctx->rank <= 0) printf("FAILED\n");
-    fflush(stdout);
-    fflush(stderr);
-    exit(1);
+    cb_vdie("cchan-coll-bench", ctx ? ctx->rank : -1, fmt, ap);
 }
 
 void ccb_check_status(const ccb_ctx_t *ctx, int st, const char *what) {
