@@ -1,0 +1,326 @@
+/* cchan-flag-probe: what a one-thread flag ping-pong between two GPUs costs with each way of
+ * ordering it, measured with no cchan code at all (plain CUDA runtime, peer access or legacy IPC).
+ *
+ * It answers one question of issue 3: is the ~600 ns a system-scope release costs per hop in
+ * cchan-bench a property of this machine, or of how cchan's processes are set up (proxy threads
+ * spinning on host-mapped memory, one process per GPU)? Every variant is run
+ *   - in one process driving both GPUs (peer access), and
+ *   - with --procs: two processes (fork+exec of this binary before CUDA starts), the flags shared
+ *     through cudaIpcGetMemHandle, as cchan and MSCCL++ run;
+ * and with --cpu-poll a host thread spins on host-pinned mapped memory during the runs, as a
+ * cchan proxy thread does.
+ *
+ *   cchan-flag-probe [--procs] [--cpu-poll] [--iters N] [--reps R]
+ *
+ * Prints, per variant, the median one-way time (round trip / 2) over R repetitions of N round
+ * trips. Exit status 0 on success, 2 on a setup failure, 77 without two GPUs.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "flag-probe: %s: %s (%s:%d)\n", #call, cudaGetErrorString(e_),         \
+                    __FILE__, __LINE__);                                                           \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum {
+    V_REL_ACQ,    /* st.release.sys, poll ld.acquire.sys */
+    V_RED_ACQ,    /* red.release.sys.add, poll ld.acquire.sys (cchan's and MSCCL++'s signal/wait) */
+    V_SC_ACQ,     /* fence.sc.sys + st.relaxed.sys, poll ld.acquire.sys (__threadfence_system) */
+    V_ACQREL_ACQ, /* fence.acq_rel.sys + st.relaxed.sys, poll ld.acquire.sys */
+    V_MEMBAR_ACQ, /* membar.sys + st.volatile, poll ld.acquire.sys */
+    V_GPUREL_ACQ, /* st.release.gpu (not a valid peer release; for scale), poll ld.acquire.sys */
+    V_RLX_ACQ,    /* st.relaxed.sys, poll ld.acquire.sys (orders nothing before the store) */
+    V_RLX_RLX,    /* st.relaxed.sys, poll ld.relaxed.sys (orders nothing) */
+    V_VOL,        /* st.volatile, poll ld.volatile: an LL packet's store and read */
+    V_VOL4,       /* st.volatile, poll with four ld.volatile in flight at once */
+    V_COUNT
+};
+static const char *const v_name[V_COUNT] = {
+    "st.release.sys        / ld.acquire.sys", "red.release.sys.add   / ld.acquire.sys",
+    "fence.sc.sys+st       / ld.acquire.sys", "fence.acq_rel.sys+st  / ld.acquire.sys",
+    "membar.sys+st.volatile/ ld.acquire.sys", "st.release.gpu        / ld.acquire.sys",
+    "st.relaxed.sys        / ld.acquire.sys", "st.relaxed.sys        / ld.relaxed.sys",
+    "st.volatile           / ld.volatile",    "st.volatile           / 4 x ld.volatile",
+};
+
+__device__ __forceinline__ uint64_t gtimer(void) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+template <int V> __device__ __forceinline__ void send(uint64_t *p, uint64_t v) {
+    if (V == V_REL_ACQ)
+        asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    if (V == V_RED_ACQ) asm volatile("red.release.sys.global.add.u64 [%0], 1;" ::"l"(p) : "memory");
+    if (V == V_SC_ACQ)
+        asm volatile("fence.sc.sys;\n\tst.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
+                     : "memory");
+    if (V == V_ACQREL_ACQ)
+        asm volatile("fence.acq_rel.sys;\n\tst.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
+                     : "memory");
+    if (V == V_MEMBAR_ACQ)
+        asm volatile("membar.sys;\n\tst.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    if (V == V_GPUREL_ACQ)
+        asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    if (V == V_RLX_ACQ || V == V_RLX_RLX)
+        asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    if (V == V_VOL || V == V_VOL4)
+        asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+template <int V> __device__ __forceinline__ void recv(const uint64_t *p, uint64_t v) {
+    if constexpr (V == V_VOL4) { /* four loads issued before the first returns: finer detection */
+        uint64_t a, b, c, d;
+        do {
+            asm volatile("ld.volatile.global.u64 %0, [%4];\n\t"
+                         "ld.volatile.global.u64 %1, [%4];\n\t"
+                         "ld.volatile.global.u64 %2, [%4];\n\t"
+                         "ld.volatile.global.u64 %3, [%4];"
+                         : "=l"(a), "=l"(b), "=l"(c), "=l"(d)
+                         : "l"(p)
+                         : "memory");
+        } while (a < v && b < v && c < v && d < v);
+    } else {
+        uint64_t w;
+        do {
+            if (V == V_VOL)
+                asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+            else if (V == V_RLX_RLX)
+                asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+            else
+                asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+        } while (w < v);
+    }
+}
+
+/* One thread per side. Flags only grow: round trip i (from base) uses value base + i + 1. */
+template <int V>
+__global__ void k_pingpong(uint64_t *mine, uint64_t *peer, uint64_t base, int initiator, int iters,
+                           uint64_t *ns) {
+    uint64_t t0 = 0;
+    for (int i = 0; i < iters; i++) {
+        uint64_t v = base + (uint64_t)i + 1;
+        if (i == iters / 10) t0 = gtimer(); /* the first tenth warms up */
+        if (initiator) {
+            send<V>(peer, v);
+            recv<V>(mine, v);
+        } else {
+            recv<V>(mine, v);
+            send<V>(peer, v);
+        }
+    }
+    if (initiator) *ns = gtimer() - t0;
+}
+
+typedef void (*kfn_t)(uint64_t *, uint64_t *, uint64_t, int, int, uint64_t *);
+static const kfn_t kfn[V_COUNT] = {k_pingpong<0>, k_pingpong<1>, k_pingpong<2>, k_pingpong<3>,
+                                   k_pingpong<4>, k_pingpong<5>, k_pingpong<6>, k_pingpong<7>,
+                                   k_pingpong<8>, k_pingpong<9>};
+
+static volatile int g_stop;
+static void *cpu_poll(void *arg) {
+    volatile uint64_t *w = (volatile uint64_t *)arg;
+    uint64_t s = 0;
+    while (!g_stop) s += *w;
+    return (void *)(uintptr_t)s;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    int iters, reps, cpu_poll;
+} opts_t;
+
+static void report(int v, uint64_t *ns, const opts_t *o) {
+    int timed = o->iters - o->iters / 10;
+    qsort(ns, (size_t)o->reps, sizeof *ns, cmp_u64);
+    printf("  %-40s %8.1f ns one way (min %.1f, max %.1f)\n", v_name[v],
+           (double)ns[o->reps / 2] / timed / 2, (double)ns[0] / timed / 2,
+           (double)ns[o->reps - 1] / timed / 2);
+}
+
+/* ---- one process, both GPUs */
+static int run_single(const opts_t *o) {
+    uint64_t *flag[2], *ns[2];
+    cudaStream_t st[2];
+    for (int d = 0; d < 2; d++) {
+        CK(cudaSetDevice(d));
+        CK(cudaDeviceEnablePeerAccess(1 - d, 0));
+        CK(cudaMalloc(&flag[d], 64));
+        CK(cudaMemset(flag[d], 0, 64));
+        CK(cudaMallocManaged(&ns[d], sizeof(uint64_t)));
+        CK(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking));
+    }
+    uint64_t base = 0, *res = (uint64_t *)calloc((size_t)o->reps, sizeof *res);
+    printf("one process, two GPUs (peer access)%s:\n",
+           o->cpu_poll ? ", a host thread polling" : "");
+    for (int v = 0; v < V_COUNT; v++) {
+        for (int r = 0; r < o->reps; r++) {
+            for (int d = 0; d < 2; d++) {
+                CK(cudaSetDevice(d));
+                /* red adds 1 per hop: the flag then equals the hop count, as the others store */
+                kfn[v]<<<1, 1, 0, st[d]>>>(flag[d], flag[1 - d], base, d == 0, o->iters, ns[d]);
+                CK(cudaGetLastError());
+            }
+            for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
+            res[r] = *ns[0];
+            base += (uint64_t)o->iters;
+        }
+        report(v, res, o);
+    }
+    free(res);
+    return 0;
+}
+
+/* ---- two processes: rank 0 and rank 1 exchange IPC handles and "go" tokens through pipes */
+static void xwrite(int fd, const void *p, size_t n) {
+    if (write(fd, p, n) != (ssize_t)n) {
+        perror("flag-probe: write");
+        exit(2);
+    }
+}
+static void xread(int fd, void *p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (char *)p + got, n - got);
+        if (k <= 0) {
+            fprintf(stderr, "flag-probe: peer process went away\n");
+            exit(2);
+        }
+        got += (size_t)k;
+    }
+}
+
+static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
+    CK(cudaSetDevice(rank));
+    uint64_t *mine, *peer, *ns;
+    CK(cudaMalloc(&mine, 64));
+    CK(cudaMemset(mine, 0, 64));
+    CK(cudaMallocManaged(&ns, sizeof(uint64_t)));
+    cudaIpcMemHandle_t h, ph;
+    CK(cudaIpcGetMemHandle(&h, mine));
+    xwrite(wfd, &h, sizeof h);
+    xread(rfd, &ph, sizeof ph);
+    CK(cudaIpcOpenMemHandle((void **)&peer, ph, cudaIpcMemLazyEnablePeerAccess));
+    CK(cudaDeviceSynchronize());
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    uint64_t base = 0, *res = (uint64_t *)calloc((size_t)o->reps, sizeof *res);
+    if (rank == 0)
+        printf("two processes, one GPU each (legacy IPC)%s:\n",
+               o->cpu_poll ? ", a host thread polling in each" : "");
+    for (int v = 0; v < V_COUNT; v++) {
+        for (int r = 0; r < o->reps; r++) {
+            char tok = 'g';
+            xwrite(wfd, &tok, 1); /* both sides ready: launch */
+            xread(rfd, &tok, 1);
+            kfn[v]<<<1, 1, 0, st>>>(mine, peer, base, rank == 0, o->iters, ns);
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(st));
+            res[r] = *ns;
+            base += (uint64_t)o->iters;
+        }
+        if (rank == 0) report(v, res, o);
+    }
+    fflush(stdout);
+    char tok = 'e';
+    xwrite(wfd, &tok, 1); /* the peer may still read our flag: unmap only after both are done */
+    xread(rfd, &tok, 1);
+    CK(cudaIpcCloseMemHandle(peer));
+    free(res);
+    return 0;
+}
+
+static int run_procs(const char *self, const opts_t *o) {
+    int p01[2], p10[2];
+    if (pipe(p01) || pipe(p10)) return perror("flag-probe: pipe"), 2;
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        pid[r] = fork();
+        if (pid[r] < 0) return perror("flag-probe: fork"), 2;
+        if (pid[r] == 0) { /* no CUDA in the parent: exec a fresh process per GPU */
+            char rs[8], rf[16], wf[16], it[16], rp[16];
+            snprintf(rs, sizeof rs, "%d", r);
+            snprintf(rf, sizeof rf, "%d", r == 0 ? p10[0] : p01[0]);
+            snprintf(wf, sizeof wf, "%d", r == 0 ? p01[1] : p10[1]);
+            snprintf(it, sizeof it, "%d", o->iters);
+            snprintf(rp, sizeof rp, "%d", o->reps);
+            execl(self, self, "--rank", rs, rf, wf, "--iters", it, "--reps", rp,
+                  o->cpu_poll ? "--cpu-poll" : (char *)NULL, (char *)NULL);
+            perror("flag-probe: exec");
+            _exit(2);
+        }
+    }
+    close(p01[0]), close(p01[1]), close(p10[0]), close(p10[1]);
+    int rc = 0;
+    for (int r = 0; r < 2; r++) {
+        int status = 0;
+        waitpid(pid[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status)) rc = 2;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    opts_t o = {20000, 5, 0};
+    int procs = 0, rank = -1, rfd = -1, wfd = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--procs"))
+            procs = 1;
+        else if (!strcmp(argv[i], "--cpu-poll"))
+            o.cpu_poll = 1;
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            o.iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            o.reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rank") && i + 3 < argc) {
+            rank = atoi(argv[++i]);
+            rfd = atoi(argv[++i]);
+            wfd = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--procs] [--cpu-poll] [--iters N] [--reps R]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (o.iters < 10 || o.reps < 1) {
+        fprintf(stderr, "flag-probe: --iters must be at least 10 and --reps at least 1\n");
+        return 2;
+    }
+    if (procs) return run_procs(argv[0][0] == '/' ? argv[0] : realpath(argv[0], NULL), &o);
+
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+        printf("flag-probe: needs two GPUs (found %d): skipped\n", n);
+        return rank >= 0 ? 2 : 77;
+    }
+    pthread_t th;
+    uint64_t *host = NULL;
+    if (o.cpu_poll) {
+        CK(cudaHostAlloc(&host, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+        memset(host, 0, 4096);
+        pthread_create(&th, NULL, cpu_poll, host);
+    }
+    int rc = rank >= 0 ? run_rank(rank, rfd, wfd, &o) : run_single(&o);
+    if (o.cpu_poll) {
+        g_stop = 1;
+        pthread_join(th, NULL);
+    }
+    return rc;
+}
