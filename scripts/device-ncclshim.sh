@@ -5,6 +5,7 @@
 # one process; AllReduce one process per GPU under mpirun; AllReduce with window registration -R 2),
 # then PyTorch (scripts/torch-nccl.py) if a python with torch exists. FULL=1 adds Broadcast and
 # SendRecv, every collective under mpirun, and CUDA-graph runs (-G 20). Sizes 1K..MAXBYTES (64M).
+# TORCH_ONLY=1 builds the shim and runs PyTorch only.
 # Logs go to ${OUT:-/tmp}/ncclshim; a short summary is printed last. About 100 s (FULL=1: 150 s).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -49,7 +50,8 @@ export BUILD MAXBYTES=${MAXBYTES:-64M} RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 # collective under mpirun, and CUDA-graph runs.
 FULL=${FULL:-0}
 nt_rc=none
-if [ $tests_rc -eq 0 ]; then
+# TORCH_ONLY=1: the shim and PyTorch only (no nccl-tests runs).
+if [ $tests_rc -eq 0 ] && [ "${TORCH_ONLY:-0}" != 1 ]; then
     nt_rc=""
     run_nt() { # <name> <env assignments...>
         local name=$1
