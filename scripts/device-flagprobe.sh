@@ -16,7 +16,9 @@ nvcc -O3 -std=c++17 -arch=sm_90 bench/flag_probe.cu -o "$bin" -lpthread >"$OUT/f
     { tail -20 "$OUT/flagprobe-build.log"; echo "SUMMARY flagprobe: build FAILED"; exit 2; }
 nvidia-smi -L
 rc=0
-for args in "" "--cpu-poll" "--procs" "--procs --cpu-poll"; do
+# PROBE_RUNS: the configurations to run, separated by '|', in order (the default: all four).
+IFS='|' read -r -a runs <<<"${PROBE_RUNS:- |--cpu-poll|--procs|--procs --cpu-poll}"
+for args in "${runs[@]}"; do
     # shellcheck disable=SC2086
     timeout 60 "$bin" $args || rc=$?
 done

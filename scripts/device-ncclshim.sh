@@ -86,7 +86,8 @@ torch_rc=none
 left=$((${DEADLINE:-140} - ($(date +%s) - t0)))
 [ $left -lt 30 ] && left=30
 if [ -n "$PY" ]; then
-    timeout "$left" "$PY" -u scripts/torch-nccl.py --shim "$BUILD/src/nccl/libcchan_nccl.so" \
+    # shellcheck disable=SC2086
+    timeout "$left" "$PY" -u scripts/torch-nccl.py ${TORCH_ARGS:-} --shim "$BUILD/src/nccl/libcchan_nccl.so" \
         --out "$LOG/torch" --timeout $((left / 2 - 2)) >"$LOG/torch-nccl.out" 2>&1
     torch_rc=$?
     stamp "torch ($PY) rc=$torch_rc"

@@ -11,11 +11,13 @@ Exits 77 (skip) with a one-line reason when this python has no torch or fewer th
 0 when every result matches, 1 otherwise.
 """
 import argparse
+import faulthandler
 import glob
 import os
 import socket
 import subprocess
 import sys
+import time
 
 DTYPES = ["float32", "float16", "bfloat16", "int32", "float64"]
 COUNTS = [1024, 1 << 20, 1000003]
@@ -40,6 +42,8 @@ def worker(a):
 
     print(f"rank {a.rank}: torch {torch.__version__}, LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}",
           flush=True)
+    # A run that is about to be killed for time says where every thread of it stands.
+    faulthandler.dump_traceback_later(max(5, a.timeout - 5), exit=False)
     torch.cuda.set_device(a.rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank,
                             world_size=a.world)
@@ -51,16 +55,19 @@ def worker(a):
             dist.all_reduce(x)
             results[f"all_reduce/{dtype}/{count}"] = x.cpu()
             y = inputs(torch, a.rank, dtype, count).cuda()
+            print(f"rank {a.rank}: all_gather {dtype} {count}", flush=True)
             out = torch.empty(count * a.world, dtype=y.dtype, device="cuda")
             dist.all_gather_into_tensor(out, y)
             results[f"all_gather/{dtype}/{count}"] = out.cpu()
     # A second communicator on the same GPUs (torch creates one per process group).
+    print(f"rank {a.rank}: new_group and its all_reduce", flush=True)
     sub = dist.new_group(list(range(a.world)))
     for dtype in ("float32", "bfloat16"):
         x = inputs(torch, a.rank, dtype, 1 << 20).cuda()
         dist.all_reduce(x, group=sub)
         results[f"subgroup_all_reduce/{dtype}/{1 << 20}"] = x.cpu()
     # CUDA graph: capture one all_reduce, replay it three times on fresh inputs.
+    print(f"rank {a.rank}: CUDA graph capture of all_reduce", flush=True)
     try:
         count = 65536
         src = inputs(torch, a.rank, "float32", count).cuda()
@@ -86,6 +93,7 @@ def worker(a):
     maps = open("/proc/self/maps").read()
     results["_shim_loaded"] = "libcchan_nccl" in maps
     results["_nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+    print(f"rank {a.rank}: destroy_process_group", flush=True)
     dist.destroy_process_group()
     torch.save(results, os.path.join(a.out, f"{a.mode}-{a.rank}.pt"))
     return 0
@@ -111,6 +119,7 @@ def torch_cudart():
 def launch(a, mode, real_nccl):
     port = free_port()
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    env.setdefault("NCCL_DEBUG", "WARN")
     env.pop("CCHAN_NVLS", None)
     if mode == "cchan":
         env["LD_PRELOAD"] = os.path.abspath(a.shim)
@@ -125,12 +134,13 @@ def launch(a, mode, real_nccl):
     for r in range(a.nprocs):
         log = open(os.path.join(a.out, f"{mode}-{r}.log"), "w")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--rank", str(r),
-               "--world", str(a.nprocs), "--port", str(port), "--out", a.out]
+               "--world", str(a.nprocs), "--port", str(port), "--out", a.out, "--timeout", str(a.timeout)]
         procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     rcs = []
+    deadline = time.time() + a.timeout  # one deadline for the whole run, not one per process
     for p, log in procs:
         try:
-            rcs.append(p.wait(timeout=a.timeout))
+            rcs.append(p.wait(timeout=max(1.0, deadline - time.time())))
         except subprocess.TimeoutExpired:
             p.kill()
             rcs.append(124)
@@ -144,6 +154,9 @@ def main():
     ap.add_argument("--nprocs", type=int, default=2)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp") + "/torch-nccl")
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--order", default="cchan,nccl",
+                    help="which run goes first (default: the shim's, so that it is the one measured "
+                         "if time runs out)")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--mode")
     ap.add_argument("--rank", type=int)
@@ -169,9 +182,12 @@ def main():
     print(f"[torch-nccl] torch {torch.__version__}, NCCL {torch.cuda.nccl.version()}, "
           f"fallback for the shim: {real or 'default search'}", flush=True)
 
-    # The shim first: if the time runs out, its outcome is what matters.
     rcs = {}
-    for m in ("cchan", "nccl"):
+    order = a.order.split(",")
+    if sorted(order) != ["cchan", "nccl"]:
+        print(f"torch-nccl: --order must name cchan and nccl once each, not {a.order!r}")
+        return 2
+    for m in order:
         print(f"[torch-nccl] {m} run ({a.nprocs} processes)", flush=True)
         rcs[m] = launch(a, m, real)
         print(f"[torch-nccl] {m} run: exit codes {rcs[m]}", flush=True)
