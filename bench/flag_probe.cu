@@ -10,8 +10,10 @@
  * and with --cpu-poll a host thread spins on host-pinned mapped memory during the runs, as a
  * cchan proxy thread does.
  *
- *   cchan-flag-probe [--procs] [--cpu-poll] [--iters N] [--reps R]
+ *   cchan-flag-probe [--procs] [--cpu-poll] [--iters N] [--reps R] [--addresses K]
  *
+ * --addresses K (one process only) repeats the remote-add and the volatile ping-pong with the flags
+ * at K different addresses, to show how much a word's location moves a hop.
  * Prints, per variant, the median one-way time (round trip / 2) over R repetitions of N round
  * trips. Exit status 0 on success, 2 on a setup failure, 77 without two GPUs.
  */
@@ -145,7 +147,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 typedef struct {
-    int iters, reps, cpu_poll;
+    int iters, reps, cpu_poll, addresses;
 } opts_t;
 
 static void report(int v, uint64_t *ns, const opts_t *o) {
@@ -157,14 +159,17 @@ static void report(int v, uint64_t *ns, const opts_t *o) {
 }
 
 /* ---- one process, both GPUs */
+#define PROBE_AREA (1u << 20) /* bytes of flag memory per GPU */
+#define PROBE_STRIDE 4224u    /* between the addresses an address sweep tries (4 KiB + 128) */
+
 static int run_single(const opts_t *o) {
     uint64_t *flag[2], *ns[2];
     cudaStream_t st[2];
     for (int d = 0; d < 2; d++) {
         CK(cudaSetDevice(d));
         CK(cudaDeviceEnablePeerAccess(1 - d, 0));
-        CK(cudaMalloc(&flag[d], 64));
-        CK(cudaMemset(flag[d], 0, 64));
+        CK(cudaMalloc(&flag[d], PROBE_AREA));
+        CK(cudaMemset(flag[d], 0, PROBE_AREA));
         CK(cudaMallocManaged(&ns[d], sizeof(uint64_t)));
         CK(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking));
     }
@@ -184,6 +189,36 @@ static int run_single(const opts_t *o) {
             base += (uint64_t)o->iters;
         }
         report(v, res, o);
+    }
+    /* Address sweep: the same ping-pong with both flags at offset k * PROBE_STRIDE, for the
+     * remote-add signal and the LL-style volatile flag. Where a word lives (its L2 slice, and how
+     * far that is from the polling SM) moves a hop by tens of ns. */
+    for (int vi = 0; vi < 2 && o->addresses > 0; vi++) {
+        const int v = vi == 0 ? V_RED_ACQ : V_VOL;
+        double lo = 1e30, hi = 0, sum = 0;
+        printf("  address sweep, %s, %d addresses %u B apart (one way, ns):", v_name[v],
+               o->addresses, PROBE_STRIDE);
+        for (int k = 0; k < o->addresses; k++) {
+            const size_t off = (size_t)k * PROBE_STRIDE / sizeof(uint64_t);
+            for (int r = 0; r < o->reps; r++) {
+                for (int d = 0; d < 2; d++) {
+                    CK(cudaSetDevice(d));
+                    kfn[v]<<<1, 1, 0, st[d]>>>(flag[d] + off, flag[1 - d] + off, base, d == 0,
+                                               o->iters, ns[d]);
+                    CK(cudaGetLastError());
+                }
+                for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
+                res[r] = *ns[0];
+                base += (uint64_t)o->iters;
+            }
+            qsort(res, (size_t)o->reps, sizeof *res, cmp_u64);
+            const double one_way = (double)res[o->reps / 2] / (o->iters - o->iters / 10) / 2;
+            printf("%s%.0f", k % 16 ? " " : "\n    ", one_way);
+            lo = one_way < lo ? one_way : lo;
+            hi = one_way > hi ? one_way : hi;
+            sum += one_way;
+        }
+        printf("\n    min %.1f, mean %.1f, max %.1f\n", lo, sum / o->addresses, hi);
     }
     free(res);
     return 0;
@@ -279,7 +314,7 @@ static int run_procs(const char *self, const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {20000, 5, 0};
+    opts_t o = {20000, 5, 0, 0};
     int procs = 0, rank = -1, rfd = -1, wfd = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--procs"))
@@ -295,12 +330,18 @@ int main(int argc, char **argv) {
             rfd = atoi(argv[++i]);
             wfd = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [--procs] [--cpu-poll] [--iters N] [--reps R]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--procs] [--cpu-poll] [--iters N] [--reps R] [--addresses K]\n",
+                    argv[0]);
             return 2;
         }
     }
-    if (o.iters < 10 || o.reps < 1) {
-        fprintf(stderr, "flag-probe: --iters must be at least 10 and --reps at least 1\n");
+    if (o.iters < 10 || o.reps < 1 || o.addresses < 0 ||
+        (size_t)o.addresses * PROBE_STRIDE + 64 > PROBE_AREA) {
+        fprintf(stderr,
+                "flag-probe: --iters must be at least 10, --reps at least 1, --addresses "
+                "0..%u\n",
+                (PROBE_AREA - 64) / PROBE_STRIDE);
         return 2;
     }
     if (procs) return run_procs(argv[0][0] == '/' ? argv[0] : realpath(argv[0], NULL), &o);

@@ -17,8 +17,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+DESTROY_TIMEOUT = 30  # seconds a rank waits for destroy_process_group before giving up on it
+EXIT_DESTROY_HUNG = 3  # a rank's exit status when only its teardown hung (its results are saved)
 DTYPES = ["float32", "float16", "bfloat16", "int32", "float64"]
 COUNTS = [1024, 1 << 20, 1000003]
 
@@ -93,9 +96,16 @@ def worker(a):
     maps = open("/proc/self/maps").read()
     results["_shim_loaded"] = "libcchan_nccl" in maps
     results["_nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
-    print(f"rank {a.rank}: destroy_process_group", flush=True)
-    dist.destroy_process_group()
+    # Results first: a teardown that hangs must not lose them.
     torch.save(results, os.path.join(a.out, f"{a.mode}-{a.rank}.pt"))
+    print(f"rank {a.rank}: results saved; destroy_process_group", flush=True)
+    done = threading.Thread(target=dist.destroy_process_group, daemon=True)
+    done.start()
+    done.join(DESTROY_TIMEOUT)
+    if done.is_alive():
+        print(f"rank {a.rank}: destroy_process_group did not return within {DESTROY_TIMEOUT} s",
+              flush=True)
+        os._exit(EXIT_DESTROY_HUNG)
     return 0
 
 
@@ -193,6 +203,14 @@ def main():
         print(f"[torch-nccl] {m} run: exit codes {rcs[m]}", flush=True)
     fails = 0
     for m, rc in rcs.items():
+        if all(c in (0, EXIT_DESTROY_HUNG) for c in rc) and any(rc):
+            # Every rank finished its collectives and saved its results; only the teardown hung.
+            # Said either way; it fails the shim's run, not the reference's (a hang in the real
+            # NCCL's own teardown is not ours to fix, and its results still serve as reference).
+            print(f"[torch-nccl] {m} run: destroy_process_group hung on ranks "
+                  f"{[r for r, c in enumerate(rc) if c]} after the results were saved")
+            if m == "nccl":
+                continue
         if any(rc):
             print(f"[torch-nccl] {m} run failed: exit codes {rc} (logs {a.out}/{m}-*.log)")
             fails += 1
