@@ -19,7 +19,6 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include "bench_pattern.h"
 #include "bench_switch.h"
 #include "cchan/cchan.h"
+#include "nccl_dyn.h"
 
 #define SWB_MIB (1ull << 20)
 
@@ -189,78 +189,52 @@ __global__ void k_swb_barrier(const cchan_semaphore_t *sems, uint32_t npeers) {
 
 /* ---------------------------------------------------------------- NCCL, loaded at run time */
 
-typedef struct {
-    char internal[128];
-} swb_nccl_id_t;
+/* NCCL through bench/nccl_dyn.h (dlopen; never multicast, DESIGN.md §8). */
 typedef struct swb_nccl {
-    void *lib;
-    int (*get_unique_id)(swb_nccl_id_t *);
-    int (*comm_init_rank)(void **, int, swb_nccl_id_t, int);
-    int (*all_reduce)(const void *, void *, size_t, int, int, void *, cudaStream_t);
-    int (*comm_destroy)(void *);
-    const char *(*error_string)(int);
-    int (*get_version)(int *);
-    void *comm;
-    int version;
-    char why[160]; /* why there is no NCCL baseline */
+    cb_nccl_t lib;
+    cb_nccl_comm_t comm;
+    char why[256]; /* why there is no NCCL baseline */
 } swb_nccl_t;
-#define SWB_NCCL_FLOAT32 7
-#define SWB_NCCL_SUM 0
 
 /* Every rank calls this; returns 1 when every rank has a communicator. */
 static int swb_nccl_init(swb_t *w, swb_nccl_t *n) {
     memset(n, 0, sizeof *n);
-    /* The NCCL baseline must not create multicast objects either (DESIGN.md §8). */
-    setenv("NCCL_NVLS_ENABLE", "0", 1);
-    int ok = 1;
-    n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!n->lib) n->lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
-    if (!n->lib) {
-        snprintf(n->why, sizeof n->why, "libnccl.so.2 not found: %s", dlerror());
-        ok = 0;
-    } else {
-        *(void **)&n->get_unique_id = dlsym(n->lib, "ncclGetUniqueId");
-        *(void **)&n->comm_init_rank = dlsym(n->lib, "ncclCommInitRank");
-        *(void **)&n->all_reduce = dlsym(n->lib, "ncclAllReduce");
-        *(void **)&n->comm_destroy = dlsym(n->lib, "ncclCommDestroy");
-        *(void **)&n->error_string = dlsym(n->lib, "ncclGetErrorString");
-        *(void **)&n->get_version = dlsym(n->lib, "ncclGetVersion");
-        if (!n->get_unique_id || !n->comm_init_rank || !n->all_reduce || !n->comm_destroy) {
-            snprintf(n->why, sizeof n->why, "libnccl lacks the functions used here");
-            ok = 0;
-        }
-        if (n->get_version) n->get_version(&n->version);
-    }
+    int ok = cb_nccl_nvls_guard(n->why, sizeof n->why) == 0 &&
+             cb_nccl_load(&n->lib, n->why, sizeof n->why) == 0;
     int all_ok = 1;
     for (int r = 0; r < w->nranks; r++) all_ok &= (int)cb_from_rank(w->ctx, r, ok);
     if (!all_ok) {
         if (!n->why[0]) snprintf(n->why, sizeof n->why, "NCCL is missing on another rank");
+        if (ok) cb_nccl_unload(&n->lib);
         return 0;
     }
-    swb_nccl_id_t id;
+    cb_nccl_unique_id_t id;
     memset(&id, 0, sizeof id);
-    int st = w->rank == 0 ? n->get_unique_id(&id) : 0;
-    swb_nccl_id_t *ids = (swb_nccl_id_t *)calloc((size_t)w->nranks, sizeof id);
+    int st = w->rank == 0 ? n->lib.GetUniqueId(&id) : 0;
+    cb_nccl_unique_id_t *ids = (cb_nccl_unique_id_t *)calloc((size_t)w->nranks, sizeof id);
     if (!ids) cb_die(w->ctx, "out of memory");
     cb_allgather(w->ctx, &id, ids, sizeof id);
     id = ids[0];
     free(ids);
     st = (int)cb_from_rank(w->ctx, 0, st);
-    if (st == 0) st = n->comm_init_rank(&n->comm, w->nranks, id, w->rank);
+    if (st == 0) st = n->lib.CommInitRank(&n->comm, w->nranks, id, w->rank);
     int good = st == 0;
     for (int r = 0; r < w->nranks; r++) good &= (int)cb_from_rank(w->ctx, r, st == 0);
     if (!good) {
         snprintf(n->why, sizeof n->why, "ncclCommInitRank failed (%s)",
-                 n->error_string && st ? n->error_string(st) : "on another rank");
+                 st ? cb_nccl_error(&n->lib, st) : "on another rank");
+        if (n->comm) n->lib.CommDestroy(n->comm);
+        n->comm = NULL;
+        cb_nccl_unload(&n->lib);
         return 0;
     }
     return 1;
 }
 
 static void swb_nccl_fini(swb_nccl_t *n) {
-    if (n->comm) n->comm_destroy(n->comm);
-    if (n->lib) dlclose(n->lib);
-    memset(n, 0, sizeof *n);
+    if (n->comm) n->lib.CommDestroy(n->comm);
+    if (n->lib.handle) cb_nccl_unload(&n->lib);
+    n->comm = NULL;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -432,8 +406,8 @@ static int swb_ar_time(swb_t *w, const swb_ar_t *a, swb_nccl_t *nccl, int iters,
     int nst = 0;
     for (int i = 0; i < iters && !nst; i++) {
         if (nccl)
-            nst = nccl->all_reduce(a->nccl_in, a->nccl_out, a->count, SWB_NCCL_FLOAT32,
-                                   SWB_NCCL_SUM, nccl->comm, w->s);
+            nst = nccl->lib.AllReduce(a->nccl_in, a->nccl_out, a->count, CB_NCCL_FLOAT32,
+                                      CB_NCCL_SUM, nccl->comm, (void *)w->s);
         else
             swb_ar_enqueue(w, a);
     }
@@ -484,10 +458,10 @@ static void swb_allreduce(swb_t *w) {
         SCK(cudaMalloc(&nin, sizes[ns - 1]));
         SCK(cudaMalloc(&nout, sizes[ns - 1]));
     }
-    char base_desc[256];
+    char base_desc[320];
     if (have_nccl)
         snprintf(base_desc, sizeof base_desc, "ncclAllReduce, NCCL %d.%d.%d (NCCL_NVLS_ENABLE=0)",
-                 nccl.version / 10000, nccl.version / 100 % 100, nccl.version % 100);
+                 nccl.lib.version / 10000, nccl.lib.version / 100 % 100, nccl.lib.version % 100);
     else
         snprintf(base_desc, sizeof base_desc, "no NCCL baseline: %s", nccl.why);
     char title[768];
@@ -531,10 +505,9 @@ static void swb_allreduce(swb_t *w) {
         SCK(cudaGetLastError());
         int nst = 0;
         if (have_nccl)
-            nst = nccl.all_reduce(nin, nout, a.count, SWB_NCCL_FLOAT32, SWB_NCCL_SUM, nccl.comm,
-                                  w->s);
-        if (nst)
-            cb_die(ctx, "ncclAllReduce: %s", nccl.error_string ? nccl.error_string(nst) : "error");
+            nst = nccl.lib.AllReduce(nin, nout, a.count, CB_NCCL_FLOAT32, CB_NCCL_SUM, nccl.comm,
+                                     (void *)w->s);
+        if (nst) cb_die(ctx, "ncclAllReduce: %s", cb_nccl_error(&nccl.lib, nst));
         swb_sync(w, "allreduce check run");
         int64_t bad = swb_check(w, b + w->region, a.count, 0, seed, -1);
         if (have_nccl) bad += swb_check(w, (const uint8_t *)nout, a.count, 0, seed, -1);
