@@ -109,15 +109,20 @@ template <int V> __device__ __forceinline__ void recv(const uint64_t *p, uint64_
     }
 }
 
-/* One thread per side. Flags only grow: round trip i (from base) uses value base + i + 1. */
-template <int V>
+/* One thread per side. Flags only grow: round trip i (from base) uses value base + i + 1.
+ * S: what the initiator records per round trip, as a timing harness might: 0 nothing, 1 a
+ * %globaltimer read, 2 a %clock64 read, each stored into shared memory. */
+template <int V, int S = 0>
 __global__ void k_pingpong(uint64_t *mine, uint64_t *peer, uint64_t base, int initiator, int iters,
                            uint64_t *ns) {
+    __shared__ uint64_t stamps[1024];
     uint64_t t0 = 0;
     for (int i = 0; i < iters; i++) {
         uint64_t v = base + (uint64_t)i + 1;
         if (i == iters / 10) t0 = gtimer(); /* the first tenth warms up */
         if (initiator) {
+            if (S == 1) stamps[i & 1023] = gtimer();
+            if (S == 2) stamps[i & 1023] = clock64();
             send<V>(peer, v);
             recv<V>(mine, v);
         } else {
@@ -125,13 +130,16 @@ __global__ void k_pingpong(uint64_t *mine, uint64_t *peer, uint64_t base, int in
             send<V>(peer, v);
         }
     }
-    if (initiator) *ns = gtimer() - t0;
+    if (initiator) *ns = gtimer() - t0 + (S ? stamps[iters & 1023] & 1 : 0);
 }
 
 typedef void (*kfn_t)(uint64_t *, uint64_t *, uint64_t, int, int, uint64_t *);
 static const kfn_t kfn[V_COUNT] = {k_pingpong<0>, k_pingpong<1>, k_pingpong<2>, k_pingpong<3>,
                                    k_pingpong<4>, k_pingpong<5>, k_pingpong<6>, k_pingpong<7>,
                                    k_pingpong<8>, k_pingpong<9>};
+/* [variant: remote add, volatile][stamp: %globaltimer, %clock64] */
+static const kfn_t kfn_stamped[2][2] = {{k_pingpong<V_RED_ACQ, 1>, k_pingpong<V_RED_ACQ, 2>},
+                                        {k_pingpong<V_VOL, 1>, k_pingpong<V_VOL, 2>}};
 
 static volatile int g_stop;
 static void *cpu_poll(void *arg) {
@@ -190,6 +198,28 @@ static int run_single(const opts_t *o) {
         }
         report(v, res, o);
     }
+    /* What a per-round-trip timestamp costs a ping-pong (the harness of cchan-bench stamps every
+     * round trip with %globaltimer). */
+    for (int vi = 0; vi < 2; vi++) {
+        for (int si = 0; si < 2; si++) {
+            for (int r = 0; r < o->reps; r++) {
+                for (int d = 0; d < 2; d++) {
+                    CK(cudaSetDevice(d));
+                    kfn_stamped[vi][si]<<<1, 1, 0, st[d]>>>(flag[d], flag[1 - d], base, d == 0,
+                                                            o->iters, ns[d]);
+                    CK(cudaGetLastError());
+                }
+                for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
+                res[r] = *ns[0];
+                base += (uint64_t)o->iters;
+            }
+            const int timed = o->iters - o->iters / 10;
+            qsort(res, (size_t)o->reps, sizeof *res, cmp_u64);
+            printf("  %-40s %8.1f ns one way, with a %s read per round trip\n",
+                   v_name[vi == 0 ? V_RED_ACQ : V_VOL], (double)res[o->reps / 2] / timed / 2,
+                   si == 0 ? "%globaltimer" : "%clock64");
+        }
+    }
     /* Address sweep: the same ping-pong with both flags at offset k * PROBE_STRIDE, for the
      * remote-add signal and the LL-style volatile flag. Where a word lives (its L2 slice, and how
      * far that is from the polling SM) moves a hop by tens of ns. */
@@ -200,6 +230,11 @@ static int run_single(const opts_t *o) {
                o->addresses, PROBE_STRIDE);
         for (int k = 0; k < o->addresses; k++) {
             const size_t off = (size_t)k * PROBE_STRIDE / sizeof(uint64_t);
+            /* a remote add raises the flag by one per hop: start it where the stores left off */
+            for (int d = 0; d < 2; d++) {
+                CK(cudaSetDevice(d));
+                CK(cudaMemcpy(flag[d] + off, &base, sizeof base, cudaMemcpyHostToDevice));
+            }
             for (int r = 0; r < o->reps; r++) {
                 for (int d = 0; d < 2; d++) {
                     CK(cudaSetDevice(d));
