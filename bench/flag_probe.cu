@@ -360,6 +360,8 @@ int main(int argc, char **argv) {
             o.iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             o.reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--addresses") && i + 1 < argc)
+            o.addresses = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rank") && i + 3 < argc) {
             rank = atoi(argv[++i]);
             rfd = atoi(argv[++i]);
