@@ -35,12 +35,13 @@
 #define CB_SRC_OFF 0ull
 #define CB_DST_OFF (32ull * CB_MIB)
 #define CB_LL_MAX (16ull * CB_MIB) /* largest LL payload */
-/* pkt: the raw flags at 0, 64 and 128, a single LL8 packet at 192, LL stream acks from CB_ACK_OFF (8 bytes per block), LL packets
- * (2 bytes of packet per payload byte) from CB_PKT_OFF in two slots of CB_LL_SLOT bytes. */
+/* pkt: the raw flags at 0, 64 and 128, a single LL8 packet at 192, LL stream acks from CB_ACK_OFF
+ * (8 bytes per block), LL packets (2 bytes of packet per payload byte) from CB_PKT_OFF in two slots
+ * of CB_LL_SLOT bytes. */
 #define CB_FLAG_OFF 0ull
 #define CB_RELAXED_FLAG_OFF 64ull
-#define CB_RED_FLAG_OFF 128ull  /* raw remote-add ping-pong */
-#define CB_WORD_PKT_OFF 192ull  /* one LL8 packet from registers */
+#define CB_RED_FLAG_OFF 128ull /* raw remote-add ping-pong */
+#define CB_WORD_PKT_OFF 192ull /* one LL8 packet from registers */
 #define CB_ACK_OFF 4096ull
 #define CB_PKT_OFF (64ull * 1024)
 #define CB_LL_SLOT (2 * CB_LL_MAX)
@@ -207,27 +208,43 @@ __global__ void k_port_put(const __grid_constant__ cchan_port_channel_t ch, uint
     if (!flush_each) cchan_port_channel_flush(&ch);
 }
 
-/* ---- ping-pong kernels: the initiator stamps into shared memory, then copies the stamps out */
+/* ---- ping-pong kernels: the initiator stamps into shared memory, then copies the stamps out.
+ * A stamp is a %clock64 read (a few cycles); %globaltimer is read only at the first and the last
+ * stamp, and stamps_out converts the cycle counts to globaltimer nanoseconds with the ratio of the
+ * two over the whole run, so that the harness adds next to nothing to each round trip. */
 
 extern __shared__ uint64_t cb_sts[];
+__shared__ uint64_t cb_cal[4]; /* globaltimer and clock64 at the first stamp, then at the last */
 
 /* Stamp i (0 <= i <= rec) marks the start of timed round trip i; stamp rec is taken after the loop
  * when rec == iters; stamp rec + 1 is always the end. */
 __device__ __forceinline__ void stamp(bool on, int i, int rec) {
-    if (on && i >= 0 && i <= rec) cb_sts[i] = cb_gtimer();
+    if (on && i >= 0 && i <= rec) {
+        const uint64_t c = clock64();
+        if (i == 0) {
+            cb_cal[0] = cb_gtimer();
+            cb_cal[1] = c;
+        }
+        cb_sts[i] = c;
+    }
 }
 __device__ __forceinline__ void stamp_end(bool on, int iters, int rec) {
     if (on) {
-        uint64_t t = cb_gtimer();
-        if (rec == iters) cb_sts[rec] = t;
-        cb_sts[rec + 1] = t;
+        const uint64_t c = clock64();
+        cb_cal[2] = cb_gtimer();
+        cb_cal[3] = c;
+        if (rec == iters) cb_sts[rec] = c;
+        cb_sts[rec + 1] = c;
     }
 }
 __device__ __forceinline__ void stamps_out(bool initiator, int rec, uint64_t *ts) {
     __syncthreads();
     if (!initiator) return;
+    const uint64_t cycles = cb_cal[3] - cb_cal[1];
+    const double ns_per_cycle = cycles ? (double)(cb_cal[2] - cb_cal[0]) / (double)cycles : 0.0;
     for (int k = threadIdx.x; k < rec + 2; k += blockDim.x)
-        ts[(uint64_t)blockIdx.x * (rec + 2) + k] = cb_sts[k];
+        ts[(uint64_t)blockIdx.x * (rec + 2) + k] =
+            cb_cal[0] + (uint64_t)((double)(cb_sts[k] - cb_cal[1]) * ns_per_cycle + 0.5);
 }
 
 __global__ void k_sem_pingpong(const __grid_constant__ cchan_memory_channel_t ch, int initiator,
@@ -308,7 +325,9 @@ __global__ void k_flag_mode_pingpong(uint64_t *my_flag, uint64_t *peer_flag, uin
                 } else {
                     uint64_t w;
                     do {
-                        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w) : "l"(my_flag)
+                        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];"
+                                     : "=l"(w)
+                                     : "l"(my_flag)
                                      : "memory");
                     } while (w < v);
                     if (MODE >= 3) asm volatile("fence.acq_rel.sys;" ::: "memory");
@@ -789,10 +808,14 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
     CK(cudaFuncSetAttribute(k_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CK(cudaFuncSetAttribute(k_sem_value_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
-    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
+    CK(cudaFuncSetAttribute(k_flag_mode_pingpong<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
     CK(cudaFuncSetAttribute(k_red_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
     CK(cudaFuncSetAttribute(k_ll8_word_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1237,7 +1260,8 @@ static void run_mem_lat(gpu_t *g) {
             &row.value);
         cb_lat_row(ctx, &row);
         /* The same kernel on the store path (what PCIe peers without peer atomics use): the
-         * handle's outbound counter set, continuing from the count already in the peer's counter. */
+         * handle's outbound counter set, continuing from the count already in the peer's counter.
+         */
         {
             cb_row_t st_row;
             row_init(&st_row, "mem-lat", "signal-wait-store-path", "raw-flag", "ns", 0, 1, 1);
@@ -1252,8 +1276,7 @@ static void run_mem_lat(gpu_t *g) {
             pingpong(
                 g, 1, iters, 0.5, "signal ping-pong, store path",
                 [&](int initiator, int rec, size_t smem) {
-                    k_sem_pingpong<<<1, 1, smem, g->s>>>(sch, initiator, warm, iters, rec,
-                                                         g->d_ts);
+                    k_sem_pingpong<<<1, 1, smem, g->s>>>(sch, initiator, warm, iters, rec, g->d_ts);
                 },
                 &st_row.value);
             if (d_out) CK(cudaFree(d_out));
@@ -1311,18 +1334,30 @@ static void run_mem_lat(gpu_t *g) {
                 uint64_t mbase = g->flag_epoch;
                 g->flag_epoch += (uint64_t)(warm + iters);
                 uint64_t *mf = (uint64_t *)(g->d_pkt + CB_FLAG_OFF);
-                uint64_t *pf = g->peer >= 0 ? (uint64_t *)((uint8_t *)cchan_mem_ptr(
-                                                               g->peer_pkt[g->peer]) +
-                                                           CB_FLAG_OFF)
-                                            : NULL;
+                uint64_t *pf =
+                    g->peer >= 0
+                        ? (uint64_t *)((uint8_t *)cchan_mem_ptr(g->peer_pkt[g->peer]) + CB_FLAG_OFF)
+                        : NULL;
                 pingpong(
                     g, 1, iters, 0.5, mode_name[mode],
                     [&](int initiator, int rec, size_t smem) {
                         switch (mode) {
-                        case 1: k_flag_mode_pingpong<1><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
-                        case 2: k_flag_mode_pingpong<2><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
-                        case 3: k_flag_mode_pingpong<3><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
-                        default: k_flag_mode_pingpong<4><<<1, 1, smem, g->s>>>(mf, pf, mbase, initiator, warm, iters, rec, g->d_ts); break;
+                        case 1:
+                            k_flag_mode_pingpong<1><<<1, 1, smem, g->s>>>(
+                                mf, pf, mbase, initiator, warm, iters, rec, g->d_ts);
+                            break;
+                        case 2:
+                            k_flag_mode_pingpong<2><<<1, 1, smem, g->s>>>(
+                                mf, pf, mbase, initiator, warm, iters, rec, g->d_ts);
+                            break;
+                        case 3:
+                            k_flag_mode_pingpong<3><<<1, 1, smem, g->s>>>(
+                                mf, pf, mbase, initiator, warm, iters, rec, g->d_ts);
+                            break;
+                        default:
+                            k_flag_mode_pingpong<4><<<1, 1, smem, g->s>>>(
+                                mf, pf, mbase, initiator, warm, iters, rec, g->d_ts);
+                            break;
                         }
                     },
                     &mr.value);
@@ -1345,8 +1380,8 @@ static void run_mem_lat(gpu_t *g) {
         pingpong(
             g, 1, iters, 0.5, "remote-add flag ping-pong",
             [&](int initiator, int rec, size_t smem) {
-                k_red_flag_pingpong<<<1, 1, smem, g->s>>>(my_flag, peer_flag, base, initiator,
-                                                          warm, iters, rec, g->d_ts);
+                k_red_flag_pingpong<<<1, 1, smem, g->s>>>(my_flag, peer_flag, base, initiator, warm,
+                                                          iters, rec, g->d_ts);
             },
             &red.value);
         cb_printf(ctx, "#   raw flag raised by a posted remote add (red.release.sys) instead of a "
@@ -1366,9 +1401,8 @@ static void run_mem_lat(gpu_t *g) {
             pingpong(
                 g, 1, iters, 0.5, "remote-add flag ping-pong on the semaphore's counters",
                 [&](int initiator, int rec, size_t smem) {
-                    k_red_flag_pingpong<<<1, 1, smem, g->s>>>(ch.sem.inbound,
-                                                              ch.sem.remote_inbound, sem_base,
-                                                              initiator, warm, iters, rec,
+                    k_red_flag_pingpong<<<1, 1, smem, g->s>>>(ch.sem.inbound, ch.sem.remote_inbound,
+                                                              sem_base, initiator, warm, iters, rec,
                                                               g->d_ts);
                 },
                 &at.value);
