@@ -5,7 +5,7 @@
 # one process; AllReduce one process per GPU under mpirun; AllReduce with window registration -R 2),
 # then PyTorch (scripts/torch-nccl.py) if a python with torch exists. FULL=1 adds Broadcast and
 # SendRecv, every collective under mpirun, and CUDA-graph runs (-G 20). Sizes 1K..MAXBYTES (64M).
-# TORCH_ONLY=1 builds the shim and runs PyTorch only.
+# TORCH_ONLY=1 builds the shim and runs PyTorch only; SKIP_TORCH=1 leaves PyTorch out.
 # Logs go to ${OUT:-/tmp}/ncclshim; a short summary is printed last. About 100 s (FULL=1: 150 s).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -85,7 +85,9 @@ torch_rc=none
 # Whatever time is left before DEADLINE (s since the start; the batch allows 150) goes to PyTorch.
 left=$((${DEADLINE:-140} - ($(date +%s) - t0)))
 [ $left -lt 30 ] && left=30
-if [ -n "$PY" ]; then
+if [ "${SKIP_TORCH:-0}" = 1 ]; then
+    echo "PyTorch skipped (SKIP_TORCH=1)" >"$LOG/torch-nccl.out"
+elif [ -n "$PY" ]; then
     # shellcheck disable=SC2086
     timeout "$left" "$PY" -u scripts/torch-nccl.py ${TORCH_ARGS:-} --shim "$BUILD/src/nccl/libcchan_nccl.so" \
         --out "$LOG/torch" --timeout $((left / 2 - 2)) >"$LOG/torch-nccl.out" 2>&1
