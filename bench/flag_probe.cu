@@ -13,7 +13,8 @@
  *   cchan-flag-probe [--procs] [--cpu-poll] [--iters N] [--reps R] [--addresses K]
  *
  * --addresses K (one process only) repeats the remote-add and the volatile ping-pong with the flags
- * at K different addresses, to show how much a word's location moves a hop.
+ * at K different addresses, to show how much a word's location moves a hop; --sm-sweep repeats
+ * the volatile one at 16 of them from blocks on five different SMs.
  * Prints, per variant, the median one-way time (round trip / 2) over R repetitions of N round
  * trips. Exit status 0 on success, 2 on a setup failure, 77 without two GPUs.
  */
@@ -133,6 +134,41 @@ __global__ void k_pingpong(uint64_t *mine, uint64_t *peer, uint64_t base, int in
     if (initiator) *ns = gtimer() - t0 + (S ? stamps[iters & 1023] & 1 : 0);
 }
 
+/* The volatile-flag ping-pong run by one block on SM `sm` (the grid is oversubscribed; the first
+ * block that finds itself there claims the run, the others leave). A poll gives up after 2 s, so
+ * a side whose partner never started reports 0 instead of hanging. */
+__global__ void k_vol_on_sm(uint64_t *mine, uint64_t *peer, uint64_t base, int initiator, int iters,
+                            uint64_t *ns, unsigned sm, unsigned *claim) {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    if (id != sm || atomicCAS(claim, 0u, 1u) != 0u) return;
+    const uint64_t start = gtimer();
+    uint64_t t0 = start;
+    for (int i = 0; i < iters; i++) {
+        const uint64_t v = base + (uint64_t)i + 1;
+        if (i == iters / 10) t0 = gtimer();
+        for (int side = 0; side < 2; side++) {
+            if ((side == 0) == (initiator != 0)) {
+                send<V_VOL>(peer, v);
+            } else {
+                uint64_t w;
+                unsigned spins = 0;
+                do {
+                    asm volatile("ld.volatile.global.u64 %0, [%1];"
+                                 : "=l"(w)
+                                 : "l"(mine)
+                                 : "memory");
+                    if (++spins % 1024 == 0 && gtimer() - start > 2000000000ull) {
+                        if (initiator) *ns = 0;
+                        return;
+                    }
+                } while (w < v);
+            }
+        }
+    }
+    if (initiator) *ns = gtimer() - t0;
+}
+
 typedef void (*kfn_t)(uint64_t *, uint64_t *, uint64_t, int, int, uint64_t *);
 static const kfn_t kfn[V_COUNT] = {k_pingpong<0>, k_pingpong<1>, k_pingpong<2>, k_pingpong<3>,
                                    k_pingpong<4>, k_pingpong<5>, k_pingpong<6>, k_pingpong<7>,
@@ -155,7 +191,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 typedef struct {
-    int iters, reps, cpu_poll, addresses;
+    int iters, reps, cpu_poll, addresses, sm_sweep;
 } opts_t;
 
 static void report(int v, uint64_t *ns, const opts_t *o) {
@@ -255,6 +291,50 @@ static int run_single(const opts_t *o) {
         }
         printf("\n    min %.1f, mean %.1f, max %.1f\n", lo, sum / o->addresses, hi);
     }
+    /* SM sweep: the volatile ping-pong at 16 of the addresses above, run from blocks on other SMs
+     * (the same SM number on both GPUs): is a word's cost its address's alone, or its address's
+     * as seen from one SM? */
+    int nsm = 0;
+    CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+    const int sms[] = {0, nsm / 4, nsm / 2, 3 * nsm / 4, nsm - 1};
+    unsigned *claim[2];
+    for (int d = 0; d < 2 && o->sm_sweep; d++) {
+        CK(cudaSetDevice(d));
+        CK(cudaMalloc(&claim[d], sizeof(unsigned)));
+    }
+    for (int si = 0; o->sm_sweep && si < (int)(sizeof sms / sizeof sms[0]); si++) {
+        const int naddr = o->addresses < 16 ? o->addresses : 16;
+        printf("  SM %3d, st.volatile / ld.volatile, %d addresses as above (one way, ns):\n   ",
+               sms[si], naddr);
+        for (int k = 0; k < naddr; k++) {
+            const size_t off = (size_t)k * PROBE_STRIDE / sizeof(uint64_t);
+            for (int r = 0; r < o->reps; r++) {
+                for (int d = 0; d < 2; d++) {
+                    CK(cudaSetDevice(d));
+                    CK(cudaMemsetAsync(claim[d], 0, sizeof(unsigned), st[d]));
+                    k_vol_on_sm<<<4 * nsm, 1, 0, st[d]>>>(flag[d] + off, flag[1 - d] + off, base,
+                                                          d == 0, o->iters, ns[d],
+                                                          (unsigned)sms[si], claim[d]);
+                    CK(cudaGetLastError());
+                }
+                for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
+                res[r] = *ns[0];
+                base += (uint64_t)o->iters;
+                /* a run that gave up left the flags behind: restart both from base */
+                for (int d = 0; d < 2 && res[r] == 0; d++) {
+                    CK(cudaSetDevice(d));
+                    CK(cudaMemcpy(flag[d] + off, &base, sizeof base, cudaMemcpyHostToDevice));
+                }
+            }
+            qsort(res, (size_t)o->reps, sizeof *res, cmp_u64);
+            printf(" %.0f", (double)res[o->reps / 2] / (o->iters - o->iters / 10) / 2);
+        }
+        printf("\n");
+    }
+    for (int d = 0; d < 2 && o->sm_sweep; d++) {
+        CK(cudaSetDevice(d));
+        CK(cudaFree(claim[d]));
+    }
     free(res);
     return 0;
 }
@@ -349,7 +429,7 @@ static int run_procs(const char *self, const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {20000, 5, 0, 0};
+    opts_t o = {20000, 5, 0, 0, 0};
     int procs = 0, rank = -1, rfd = -1, wfd = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--procs"))
@@ -362,13 +442,16 @@ int main(int argc, char **argv) {
             o.reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--addresses") && i + 1 < argc)
             o.addresses = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sm-sweep"))
+            o.sm_sweep = 1;
         else if (!strcmp(argv[i], "--rank") && i + 3 < argc) {
             rank = atoi(argv[++i]);
             rfd = atoi(argv[++i]);
             wfd = atoi(argv[++i]);
         } else {
             fprintf(stderr,
-                    "usage: %s [--procs] [--cpu-poll] [--iters N] [--reps R] [--addresses K]\n",
+                    "usage: %s [--procs] [--cpu-poll] [--iters N] [--reps R] [--addresses K] "
+                    "[--sm-sweep]\n",
                     argv[0]);
             return 2;
         }
