@@ -1412,6 +1412,16 @@ static void run_mem_lat(gpu_t *g) {
             cb_printf(ctx, "#   the same remote-add ping-pong on the semaphore's own counters "
                            "(cchan's addresses, no cchan code):\n");
             cb_lat_row(ctx, &at);
+            /* cchan's signal->wait against that: the same words, so what is left is cchan's code
+             * (a word's address alone moves a hop by up to ~150 ns on H200: cchan-flag-probe). */
+            cb_row_t same;
+            row_init(&same, "mem-lat", "signal-wait-same-words", "raw-red-add-at-semaphore", "ns",
+                     0, 1, 1);
+            same.value = row.value;
+            same.base = at.value;
+            cb_printf(ctx,
+                      "#   cchan signal->wait (above) vs that raw ping-pong on the same words:\n");
+            cb_lat_row(ctx, &same);
         }
 
         cb_row_t word;

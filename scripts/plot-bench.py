@@ -45,6 +45,7 @@ SUMMARY = [
     ("mem get, largest size, largest grid", "mem-bw", "get", [1 << 30, 512 << 20, 256 << 20], "max", None),
     ("mem get, largest size, smallest grid", "mem-bw", "get", [1 << 30, 512 << 20, 256 << 20], "min", None),
     ("mem signal->wait one way", "mem-lat", "signal-wait", [0], None, ("ratio<=", 1.10, "issue 3")),
+    ("mem signal->wait vs raw, same words", "mem-lat", "signal-wait-same-words", [0], None, ("ratio<=", 1.10, "issue 3, same words")),
     ("relaxed flag one way (no fences; scale)", "mem-lat", "relaxed-flag", [0], None, None),
     ("raw flag by remote add, one way", "mem-lat", "raw-red-add-flag", [0], None, None),
     ("LL8 one packet from registers, one way", "mem-lat", "ll8-one-packet", [8], None, ("value<=", 675.0, "issue 3: 1.35 us round trip")),
