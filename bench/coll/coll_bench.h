@@ -45,6 +45,14 @@ typedef struct ccb_opts {
     int ntokens, nhiddens;
     const char *json; /* -J */
     int force_host;
+    struct { /* -T NAME=VALUE: cchan_coll_set_param before the runs */
+        char name[32];
+        int64_t value;
+    } params[CCB_MAX_LIST];
+    int nparams;
+    char sweep_name[32]; /* --sweep NAME=V1,V2,...: every cchan row once per value */
+    int64_t sweep[CCB_MAX_LIST];
+    int nsweep;
 } ccb_opts_t;
 
 /* One cchan figure: median time per operation and what the check found. */
@@ -54,7 +62,7 @@ typedef struct ccb_meas {
 } ccb_meas_t;
 
 typedef struct ccb_row {
-    char op[16], algo[24], dtype[12];
+    char op[16], algo[48], dtype[12];
     uint64_t bytes, count;
     int graph;           /* timed in graph mode */
     ccb_meas_t oop, ip;  /* cchan out of place, in place */

@@ -316,6 +316,20 @@ static void print_coll_row(const ccb_ctx_t *ctx, const ccb_row_t *r, unsigned op
         bb[0], w[0], t[1], ab[1], bb[1], w[1], nd, ns, nb, sp, r->graph ? "  graph" : "");
 }
 
+/* A parameter value, with K/M/G for whole binary multiples of at least 1 KiB. */
+static void fmt_param(char *buf, size_t n, int64_t v) {
+    static const char suffix[] = "KMG";
+    int k = -1;
+    while (k < 2 && v >= 1024 && v % 1024 == 0) {
+        v /= 1024;
+        k++;
+    }
+    if (k >= 0)
+        snprintf(buf, n, "%lld%c", (long long)v, suffix[k]);
+    else
+        snprintf(buf, n, "%lld", (long long)v);
+}
+
 /* Sizes of the sweep: -b to -e by factor -f (or increment -i). */
 static int sweep(const ccb_opts_t *o, uint64_t *out, int max) {
     int n = 0;
@@ -385,7 +399,9 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
                     base.nccl_best_us = best;
             }
         }
-        for (int algo = CCHAN_COLL_AUTO; algo < CCHAN_COLL_ALGO_COUNT; algo++) {
+        const int nvariants = o->nsweep ? o->nsweep : 1;
+        for (int vi = 0; vi < nvariants * CCHAN_COLL_ALGO_COUNT; vi++) {
+            const int algo = vi / nvariants, var = vi % nvariants;
             if (o->algo >= 0 && algo != o->algo) continue;
             if (o->algo < 0 && algo == CCHAN_COLL_AUTO) continue; /* -a all: the named ones */
             ccb_row_t row = base;
@@ -395,6 +411,17 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
             else
                 snprintf(row.algo, sizeof row.algo, "%s",
                          cchan_coll_algo_name((cchan_coll_algo_t)algo));
+            int64_t restore = 0;
+            if (o->nsweep) {
+                char v[24];
+                fmt_param(v, sizeof v, o->sweep[var]);
+                size_t l = strlen(row.algo);
+                snprintf(row.algo + l, sizeof row.algo - l, " %s=%s", o->sweep_name, v);
+                ccb_check_status(ctx, cchan_coll_get_param(coll, o->sweep_name, &restore),
+                                 "cchan_coll_get_param");
+                ccb_check_status(ctx, cchan_coll_set_param(coll, o->sweep_name, o->sweep[var]),
+                                 "cchan_coll_set_param");
+            }
             int supported = algo == CCHAN_COLL_AUTO ||
                             cchan_coll_supported(coll, coll_op(op), (cchan_coll_algo_t)algo, bytes);
             /* Every rank must agree before a collective runs. */
@@ -436,6 +463,9 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
             }
             print_coll_row(ctx, &row, op);
             add_row(ctx, &row);
+            if (o->nsweep)
+                ccb_check_status(ctx, cchan_coll_set_param(coll, o->sweep_name, restore),
+                                 "cchan_coll_set_param");
         }
         if (base.nccl_best_us > 0) {
             nccl_bus_sum += (double)bytes / base.nccl_best_us / 1e3 * bus_factor(op, n);
@@ -721,6 +751,25 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
     int st = cchan_coll_create(ctx->comm, &cfg, &coll);
     if (st < 0)
         ccb_die(ctx, "cchan_coll_create: %s: %s", cchan_strerror(st), cchan_coll_last_error());
+    for (int i = 0; i < o->nparams; i++) {
+        st = cchan_coll_set_param(coll, o->params[i].name, o->params[i].value);
+        if (st < 0) ccb_die(ctx, "-T %s: %s", o->params[i].name, cchan_coll_last_error());
+    }
+    {
+        static const char *const names[] = {"ce_lanes", "ce_chunk", "ce_sm_permille", "ce_local",
+                                            "zc_block_bytes"};
+        char line[256];
+        size_t len = 0;
+        for (size_t i = 0; i < sizeof names / sizeof names[0] && len < sizeof line; i++) {
+            int64_t v = 0;
+            char f[24];
+            if (cchan_coll_get_param(coll, names[i], &v) < 0) continue;
+            fmt_param(f, sizeof f, v);
+            len += (size_t)snprintf(line + len, sizeof line - len, " %s=%s", names[i], f);
+        }
+        ccb_printf(ctx, "# cchan_coll parameters:%s\n", line);
+        if (o->nsweep) ccb_printf(ctx, "# sweeping %s (rows say the value)\n", o->sweep_name);
+    }
 
     unsigned colls = o->ops & (CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER);
     if (colls) {

@@ -140,7 +140,7 @@ static void usage(FILE *f) {
             "  -o, --op OP              allreduce | allgather | reducescatter | fused | all "
             "(default allreduce; repeatable)\n"
             "  -d, --datatype T         float | half | bfloat16 | all (default float)\n"
-            "  -a, --algo A             auto | ll | hb | switch | port | all (default auto)\n"
+            "  -a, --algo A             auto | ll | hb | switch | port | ce | all (default auto)\n"
             "  -b, --minbytes SIZE      smallest size (default 1K; suffixes K, M, G)\n"
             "  -e, --maxbytes SIZE      largest size (default 64M)\n"
             "  -f, --stepfactor F       multiply the size by F each step (default 2)\n"
@@ -155,6 +155,8 @@ static void usage(FILE *f) {
             "      --graph-max SIZE     largest size timed with graphs\n"
             "      --tokens LIST        fused: token counts (default 1,8,32,128,256)\n"
             "      --hidden LIST        fused: hidden sizes (default 4096,8192)\n"
+            "  -T, --param NAME=VALUE   cchan_coll_set_param (repeatable; sizes take K, M, G)\n"
+            "      --sweep NAME=V1,V2,..  every cchan row once per value of that parameter\n"
             "      --no-nccl            cchan rows only\n"
             "      --host               the host platform (CPU threads) even where GPUs exist\n"
             "  -J, --json FILE          write every row as JSON\n"
@@ -183,6 +185,23 @@ static int parse_list(const char *s, uint32_t *out, int *n) {
     return *n ? 0 : -1;
 }
 
+/* NAME=VALUE[,VALUE...] into name (< 32 chars) and up to max values (sizes with K, M, G). */
+static int parse_param(const char *s, char *name, int64_t *vals, int max, int *n) {
+    const char *eq = strchr(s, '=');
+    if (!eq || eq == s || eq - s >= 32) return -1;
+    memcpy(name, s, (size_t)(eq - s));
+    name[eq - s] = '\0';
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", eq + 1);
+    *n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        uint64_t v;
+        if (*n == max || cb_parse_size(t, &v) || v > (uint64_t)INT64_MAX) return -1;
+        vals[(*n)++] = (int64_t)v;
+    }
+    return *n ? 0 : -1;
+}
+
 static int parse_algo(const char *s) {
     if (!strcmp(s, "all")) return -1;
     if (!strcmp(s, "auto")) return CCHAN_COLL_AUTO;
@@ -190,6 +209,7 @@ static int parse_algo(const char *s) {
     if (!strcmp(s, "hb")) return CCHAN_COLL_HB_ALLPAIRS;
     if (!strcmp(s, "switch")) return CCHAN_COLL_SWITCH;
     if (!strcmp(s, "port")) return CCHAN_COLL_PORT_RING;
+    if (!strcmp(s, "ce")) return CCHAN_COLL_CE_ALLPAIRS;
     for (int a = 0; a < CCHAN_COLL_ALGO_COUNT; a++)
         if (!strcmp(s, cchan_coll_algo_name((cchan_coll_algo_t)a))) return a;
     return -2;
@@ -217,7 +237,7 @@ int main(int argc, char **argv) {
     memcpy(o->hiddens, dhid, sizeof dhid);
     o->nhiddens = 2;
 
-    enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST };
+    enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP };
     static const struct option longopts[] = {{"op", required_argument, 0, 'o'},
                                              {"datatype", required_argument, 0, 'd'},
                                              {"algo", required_argument, 0, 'a'},
@@ -234,12 +254,14 @@ int main(int argc, char **argv) {
                                              {"tokens", required_argument, 0, OPT_TOKENS},
                                              {"hidden", required_argument, 0, OPT_HIDDEN},
                                              {"no-nccl", no_argument, 0, OPT_NO_NCCL},
+                                             {"param", required_argument, 0, 'T'},
+                                             {"sweep", required_argument, 0, OPT_SWEEP},
                                              {"host", no_argument, 0, OPT_HOST},
                                              {"json", required_argument, 0, 'J'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c, bad = 0, dtypes_set = 0;
-    while ((c = getopt_long(argc, argv, "o:d:a:b:e:f:i:n:w:r:c:G:J:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:d:a:b:e:f:i:n:w:r:c:G:J:T:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o':
             if (!strcmp(optarg, "allreduce"))
@@ -293,6 +315,17 @@ int main(int argc, char **argv) {
         case OPT_TOKENS: bad = parse_list(optarg, o->tokens, &o->ntokens); break;
         case OPT_HIDDEN: bad = parse_list(optarg, o->hiddens, &o->nhiddens); break;
         case OPT_NO_NCCL: o->nccl = 0; break;
+        case 'T': {
+            int k = 0;
+            bad =
+                o->nparams == CCB_MAX_LIST || parse_param(optarg, o->params[o->nparams].name,
+                                                          &o->params[o->nparams].value, 1, &k) != 0;
+            if (!bad) o->nparams++;
+            break;
+        }
+        case OPT_SWEEP:
+            bad = parse_param(optarg, o->sweep_name, o->sweep, CCB_MAX_LIST, &o->nsweep) != 0;
+            break;
         case OPT_HOST: o->force_host = 1; break;
         case 'J': o->json = optarg; break;
         case 'h': usage(stdout); return 0;

@@ -1,8 +1,13 @@
 /* cchan-moe-bench: MoE dispatch and combine (kernels/examples/moe) on every GPU of the host, one
  * process per GPU, against an NCCL all-to-all dispatcher measured in the same run.
  *
- *   cchan-run -n <GPUs> build/bench/moe/cchan-moe-bench [--tokens 128] [--hidden 7168] [--topk 8]
- *       [--experts 256] [--reps 9] [--no-nccl] [--json FILE]
+ *   cchan-run -n <GPUs> build/bench/moe/cchan-moe-bench [--mode ll|ht|all] [--tokens 128]
+ *       [--ht-tokens 4096] [--hidden 7168] [--topk 8] [--experts 256] [--reps 9] [--no-nccl]
+ *       [--variants 'V1;V2;...'] [--json FILE]
+ *
+ * --variants measures the library once per CCHAN_MOE_VARIANT value (kernels/examples/moe/
+ * moe_internal.h lists the keys; "default" is the library's defaults), each with a group of its
+ * own, and prints each variant's rows as soon as they are measured; NCCL runs once.
  *
  * Low-latency mode, DeepSeek-V3 shape by default: FP8 dispatch, BF16 dispatch, BF16 combine and
  * the FP8-dispatch + combine pair. Each figure is the time per operation from CUDA graphs of 10
@@ -344,6 +349,7 @@ static double time_host_op_us(void (*fn)(a2a_t *), a2a_t *a, int reps) {
 
 typedef struct result {
     int ht, T, H, K, E;
+    const char *variant;
     cchan_moe_info_t info;
     long sel;                     /* valid selections of this rank */
     int rows;                     /* rows this rank received (HT) / token-expert rows (LL) */
@@ -352,7 +358,8 @@ typedef struct result {
 } result_t;
 
 static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nccl,
-                     cb_nccl_comm_t ncomm, const a2a_api_t *api, result_t *res) {
+                     cb_nccl_comm_t ncomm, const a2a_api_t *api, const char *variant,
+                     result_t *res) {
     memset(res, 0, sizeof *res);
     res->ht = ht;
     res->T = T;
@@ -360,6 +367,7 @@ static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nc
     res->K = K;
     res->E = E;
     res->fp8 = res->pair = res->n_disp = res->n_comb = -1;
+    res->variant = variant;
     cchan_moe_config_t cfg = CCHAN_MOE_CONFIG_INIT;
     cfg.mode = ht ? CCHAN_MOE_HIGH_THROUGHPUT : CCHAN_MOE_LOW_LATENCY;
     cfg.num_experts = E;
@@ -367,6 +375,10 @@ static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nc
     cfg.top_k = K;
     cfg.max_tokens_per_rank = T;
     cchan_moe_group_t *g = NULL;
+    if (variant && *variant)
+        setenv("CCHAN_MOE_VARIANT", variant, 1);
+    else
+        unsetenv("CCHAN_MOE_VARIANT");
     MK(cchan_moe_group_create(g_comm, &cfg, &g));
     MK(cchan_moe_group_info(g, &res->info));
     const int L = res->info.local_experts, NB = res->info.max_rows_per_expert;
@@ -502,6 +514,11 @@ int main(int argc, char **argv) {
     int tokens = 128, ht_tokens = 4096, hidden = 7168, topk = 8, experts = 256, reps = 9,
         use_nccl = 1, do_ll = 1, do_ht = 1;
     const char *json = NULL;
+    /* --variants "a;b;...": each a CCHAN_MOE_VARIANT value, measured with its own group ("" or
+     * "default": the library's defaults); NCCL runs once, with the first */
+    char variants_buf[1024] = "";
+    const char *variants[16];
+    int nvar = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
             tokens = atoi(argv[++i]);
@@ -517,6 +534,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc)
+            snprintf(variants_buf, sizeof variants_buf, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             ++i;
             do_ll = !strcmp(argv[i], "ll") || !strcmp(argv[i], "all");
@@ -527,12 +546,19 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: cchan-run -n <GPUs> %s [--mode ll|ht|all] [--tokens N] "
                     "[--ht-tokens N] [--hidden H] [--topk K] [--experts E] [--reps R] [--no-nccl] "
-                    "[--json FILE]\n",
+                    "[--variants 'V1;V2;...'] [--json FILE]\n",
                     argv[0]);
             return 2;
         }
     }
     if (reps < 1 || reps > 64) reps = 9;
+    for (char *p = variants_buf; nvar < 16;) {
+        char *semi = strchr(p, ';');
+        if (semi) *semi = '\0';
+        variants[nvar++] = !strcmp(p, "default") ? "" : p;
+        if (!semi) break;
+        p = semi + 1;
+    }
     int ngpu = 0;
     if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) {
         printf("SKIP cchan-moe-bench: no CUDA GPU\n");
@@ -590,44 +616,59 @@ int main(int argc, char **argv) {
         }
     }
 
-    result_t ll, ht;
-    memset(&ll, 0, sizeof ll);
-    memset(&ht, 0, sizeof ht);
-    if (do_ll) run_mode(0, tokens, hidden, topk, experts, reps, &nccl, ncomm, &api, &ll);
-    if (do_ht) run_mode(1, ht_tokens, hidden, topk, experts, reps, &nccl, ncomm, &api, &ht);
-
+    result_t ll[16], ht[16];
+    memset(ll, 0, sizeof ll);
+    memset(ht, 0, sizeof ht);
     if (g_rank == 0) {
         printf("# cchan-moe-bench: %d ranks, %s (%d SMs), hidden %d, top-%d, %d experts; %s\n", g_n,
                prop.name, prop.multiProcessorCount, hidden, topk, experts, cchan_version());
         printf("# time per operation: CUDA graphs of 10 and 60 operations, (T60-T10)/50, median of "
-               "%d; GB/s counted as DeepEP counts; NCCL a2a: events around one call, median\n",
+               "%d; GB/s counted as DeepEP counts; NCCL a2a (measured with the first variant): "
+               "events around one call, median\n",
                reps);
+    }
+    /* each variant's rows as soon as it is measured, so a later variant that fails keeps them */
+    for (int v = 0; v < nvar; v++) {
+        cb_nccl_comm_t nc = v == 0 ? ncomm : NULL;
+        if (do_ll)
+            run_mode(0, tokens, hidden, topk, experts, reps, &nccl, nc, &api, variants[v], &ll[v]);
+        if (do_ht)
+            run_mode(1, ht_tokens, hidden, topk, experts, reps, &nccl, nc, &api, variants[v],
+                     &ht[v]);
+        if (g_rank != 0) continue;
+        printf("# variant %d: CCHAN_MOE_VARIANT=\"%s\"%s\n", v, variants[v],
+               variants[v][0] ? "" : " (the defaults)");
         printf("%-28s %10s %10s %14s %9s\n", "operation", "cchan_us", "GB/s", "nccl_a2a_us",
                "speedup");
         if (do_ll) {
-            const double fp8b = (double)ll.sel * (hidden + hidden / 128 * 4 + 16),
-                         bf16b = (double)ll.sel * hidden * 2;
-            printf("# LL: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f MiB "
-                   "(dispatch %.1f + combine %.1f MiB per parity; DeepEP's layout: %.1f MiB); "
-                   "rank 0 got %d rows\n",
-                   ll.T, ll.info.num_blocks, ll.info.threads_per_block, ll.info.num_blocks,
-                   ll.info.comm_buffer_bytes / 1048576.0, ll.info.dispatch_region_bytes / 1048576.0,
-                   ll.info.combine_region_bytes / 1048576.0,
-                   2.0 * 2 * experts * (double)ll.T * (hidden * 2 + 64) / 1048576.0, ll.rows);
-            print_row("LL dispatch fp8", ll.fp8, fp8b, -1);
-            print_row("LL dispatch bf16", ll.bf16, bf16b, ll.n_disp);
-            print_row("LL combine bf16", ll.comb, bf16b, ll.n_comb);
-            print_row("LL fp8 dispatch+combine", ll.pair, -1, -1);
+            const result_t *r = &ll[v];
+            const double fp8b = (double)r->sel * (hidden + hidden / 128 * 4 + 16),
+                         bf16b = (double)r->sel * hidden * 2;
+            printf("# LL: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f "
+                   "MiB (dispatch %.1f + combine %.1f MiB per parity; DeepEP's layout: %.1f "
+                   "MiB); rank 0 got %d rows\n",
+                   r->T, r->info.num_blocks, r->info.threads_per_block, r->info.num_blocks,
+                   r->info.comm_buffer_bytes / 1048576.0, r->info.dispatch_region_bytes / 1048576.0,
+                   r->info.combine_region_bytes / 1048576.0,
+                   2.0 * 2 * experts * (double)r->T * (hidden * 2 + 64) / 1048576.0, r->rows);
+            print_row("LL dispatch fp8", r->fp8, fp8b, -1);
+            print_row("LL dispatch bf16", r->bf16, bf16b, ll[0].n_disp);
+            print_row("LL combine bf16", r->comb, bf16b, ll[0].n_comb);
+            print_row("LL fp8 dispatch+combine", r->pair, -1, -1);
         }
         if (do_ht) {
-            const double b = (double)ht.rows * hidden * 2;
-            printf("# HT: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f MiB; "
-                   "rank 0 received %d rows\n",
-                   ht.T, ht.info.num_blocks, ht.info.threads_per_block, ht.info.num_blocks,
-                   ht.info.comm_buffer_bytes / 1048576.0, ht.rows);
-            print_row("HT dispatch bf16", ht.bf16, b, ht.n_disp);
-            print_row("HT combine bf16", ht.comb, b, ht.n_comb);
+            const result_t *r = &ht[v];
+            const double b = (double)r->rows * hidden * 2;
+            printf("# HT: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f "
+                   "MiB; rank 0 received %d rows\n",
+                   r->T, r->info.num_blocks, r->info.threads_per_block, r->info.num_blocks,
+                   r->info.comm_buffer_bytes / 1048576.0, r->rows);
+            print_row("HT dispatch bf16", r->bf16, b, ht[0].n_disp);
+            print_row("HT combine bf16", r->comb, b, ht[0].n_comb);
         }
+    }
+
+    if (g_rank == 0) {
         if (!use_nccl)
             printf("# NCCL baseline not run: %s\n", why);
         else
@@ -636,19 +677,24 @@ int main(int argc, char **argv) {
         if (json) {
             FILE *f = fopen(json, "w");
             if (f) {
-                fprintf(
-                    f,
-                    "{\"bench\":\"cchan-moe-bench\",\"ranks\":%d,\"gpu\":\"%s\",\"hidden\":%d,"
-                    "\"topk\":%d,\"experts\":%d,\"ll\":{\"tokens\":%d,\"blocks\":%d,"
-                    "\"buffer_bytes\":%zu,\"dispatch_fp8_us\":%.3f,\"dispatch_bf16_us\":%.3f,"
-                    "\"combine_bf16_us\":%.3f,\"pair_us\":%.3f,\"nccl_dispatch_us\":%.3f,"
-                    "\"nccl_combine_us\":%.3f},\"ht\":{\"tokens\":%d,\"blocks\":%d,\"rows\":%d,"
-                    "\"dispatch_bf16_us\":%.3f,\"combine_bf16_us\":%.3f,\"nccl_dispatch_us\":%.3f,"
-                    "\"nccl_combine_us\":%.3f}}\n",
-                    g_n, prop.name, hidden, topk, experts, ll.T, ll.info.num_blocks,
-                    ll.info.comm_buffer_bytes, ll.fp8, ll.bf16, ll.comb, ll.pair, ll.n_disp,
-                    ll.n_comb, ht.T, ht.info.num_blocks, ht.rows, ht.bf16, ht.comb, ht.n_disp,
-                    ht.n_comb);
+                fprintf(f,
+                        "{\"bench\":\"cchan-moe-bench\",\"ranks\":%d,\"gpu\":\"%s\",\"hidden\":%d,"
+                        "\"topk\":%d,\"experts\":%d,\"variants\":[",
+                        g_n, prop.name, hidden, topk, experts);
+                for (int v = 0; v < nvar; v++)
+                    fprintf(
+                        f,
+                        "%s{\"variant\":\"%s\",\"ll\":{\"tokens\":%d,\"blocks\":%d,"
+                        "\"buffer_bytes\":%zu,\"dispatch_fp8_us\":%.3f,\"dispatch_bf16_us\":%.3f,"
+                        "\"combine_bf16_us\":%.3f,\"pair_us\":%.3f,\"nccl_dispatch_us\":%.3f,"
+                        "\"nccl_combine_us\":%.3f},\"ht\":{\"tokens\":%d,\"blocks\":%d,"
+                        "\"rows\":%d,\"dispatch_bf16_us\":%.3f,\"combine_bf16_us\":%.3f,"
+                        "\"nccl_dispatch_us\":%.3f,\"nccl_combine_us\":%.3f}}",
+                        v ? "," : "", variants[v], ll[v].T, ll[v].info.num_blocks,
+                        ll[v].info.comm_buffer_bytes, ll[v].fp8, ll[v].bf16, ll[v].comb, ll[v].pair,
+                        ll[0].n_disp, ll[0].n_comb, ht[v].T, ht[v].info.num_blocks, ht[v].rows,
+                        ht[v].bf16, ht[v].comb, ht[0].n_disp, ht[0].n_comb);
+                fprintf(f, "]}\n");
                 fclose(f);
             }
         }

@@ -292,9 +292,12 @@ int main(int argc, char **argv) {
         EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) ==
                    CCHAN_COLL_HB_ALLPAIRS,
                "1 GiB allreduce selects HB all-pairs (the port ring is in no selector row)");
+        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30) ==
+                   (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
+               "1 GiB allgather with registered buffers selects CE all-pairs up to 2 ranks");
         static const cchan_coll_algo_t reg_algos[] = {CCHAN_COLL_HB_ALLPAIRS, CCHAN_COLL_PORT_RING,
-                                                      CCHAN_COLL_AUTO};
-        for (size_t ai = 0; ai < 3; ai++)
+                                                      CCHAN_COLL_CE_ALLPAIRS, CCHAN_COLL_AUTO};
+        for (size_t ai = 0; ai < sizeof reg_algos / sizeof reg_algos[0]; ai++)
             for (int op = 0; op < 3; op++)
                 for (int dt = 0; dt < 3; dt++)
                     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
@@ -307,6 +310,49 @@ int main(int argc, char **argv) {
                                 unsupported++;
                         }
                     }
+        /* The tuned variants (each row's values stay for the next rows): CE pipeline chunks of
+         * 64 KiB (many chunks, both staging regions) with a share of the SMs, several lanes, the
+         * SMs alone, every lane with the local block by a copy engine or by the SMs; small
+         * zero-copy blocks. */
+        static const struct {
+            const char *name;
+            int64_t value;
+        } tunes[][3] = {
+            {{"ce_chunk", 65536}, {"ce_local", 0}, {"ce_sm_permille", 300}},
+            {{"ce_chunk", 65536}, {"ce_lanes", 3}, {"ce_sm_permille", 1000}},
+            {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 500}},
+            {{"zc_block_bytes", 1024}, {"ce_local", 0}, {"ce_lanes", 2}},
+        };
+        for (size_t ti = 0; ti < sizeof tunes / sizeof tunes[0]; ti++) {
+            for (int k = 0; k < 3; k++)
+                CHECK(cchan_coll_set_param(coll, tunes[ti][k].name, tunes[ti][k].value));
+            for (int op = 0; op < 2; op++)
+                for (int dt = 0; dt < 3; dt++)
+                    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                        if (counts[ci] > big) continue;
+                        for (int ip = 0; ip < 2; ip++) {
+                            cchan_coll_algo_t a =
+                                ti == 3 ? CCHAN_COLL_HB_ALLPAIRS : CCHAN_COLL_CE_ALLPAIRS;
+                            if (run_case(coll, (cchan_coll_op_t)op, a, (cchan_coll_dtype_t)dt,
+                                         counts[ci], ip, seed++))
+                                ran++;
+                            else
+                                unsupported++;
+                        }
+                    }
+        }
+        {
+            int64_t v = 0;
+            EXPECT(cchan_coll_get_param(coll, "ce_lanes", &v) == 0 && v == 2, "ce_lanes = %lld",
+                   (long long)v);
+            EXPECT(cchan_coll_set_param(coll, "ce_lanes", 9) == -EINVAL &&
+                       cchan_coll_set_param(coll, "no_such", 1) == -EINVAL &&
+                       cchan_coll_get_param(coll, "no_such", &v) == -ENOENT,
+                   "parameter limits and names");
+        }
+        EXPECT(cchan_coll_allgather(coll, g_reg_a, g_reg_b, 3, CCHAN_COLL_F16,
+                                    CCHAN_COLL_CE_ALLPAIRS, NULL) == CCHAN_ERR_UNSUPPORTED,
+               "CE AllGather of 6-byte blocks: '%s'", cchan_coll_last_error());
         CHECK(cchan_coll_deregister(coll, g_reg_a));
         CHECK(cchan_coll_deregister(coll, g_reg_b));
         EXPECT(cchan_coll_deregister(coll, g_reg_a) == -ENOENT, "deregister twice");

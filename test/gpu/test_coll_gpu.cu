@@ -11,6 +11,8 @@
  * graph_replay: calls captured in a CUDA graph (single calls, and a graph mixing algorithms and
  *   ops) replayed 1000 times, checked after the replays and between replays.
  * correct_switch: SWITCH AllReduce (the portable path: no multicast here).
+ * correct_ce, correct_zc_blocks, graph_ce: CE all-pairs (AllReduce, AllGather) with several
+ *   parameter sets, the zero-copy AllReduce with a larger grid, both in graphs (registered).
  * correct_ring, graph_ring, timing_ring: PORT_RING on registered buffers, every op (last).
  * timing: each algorithm at sizes 1 KiB .. 1 GiB, one call per graph, replayed (1000 times up to
  *   4 MiB): time per call on rank 0 (device events), bus bandwidth as nccl-tests counts it.
@@ -216,6 +218,48 @@ static void case_correct_switch(gt_ctx_t *ctx) {
 static void case_correct_ring(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.zc, CCHAN_COLL_PORT_RING, g_cg.ra, g_cg.rb, 7);
 }
+/* Parameters of the zero-copy and CE paths set for one case, restored after it. */
+typedef struct cg_param {
+    const char *name;
+    int64_t value;
+} cg_param_t;
+
+static void cg_with_params(gt_ctx_t *ctx, const cg_param_t *ps, int n, cchan_coll_algo_t algo,
+                           int ops_mask) {
+    int64_t old[8];
+    for (int i = 0; i < n; i++) {
+        GT_CCHAN(cchan_coll_get_param(g_cg.zc, ps[i].name, &old[i]));
+        GT_CCHAN(cchan_coll_set_param(g_cg.zc, ps[i].name, ps[i].value));
+        if (ctx->rank == 0) gt_log(ctx, "  %s = %lld", ps[i].name, (long long)ps[i].value);
+    }
+    cg_correct(ctx, g_cg.zc, algo, g_cg.ra, g_cg.rb, ops_mask);
+    for (int i = 0; i < n; i++) GT_CCHAN(cchan_coll_set_param(g_cg.zc, ps[i].name, old[i]));
+}
+
+/* CE all-pairs (AllReduce, AllGather) with the default parameters, then with small pipeline
+ * chunks spread over three lanes, a quarter of the bytes on the SMs and the local block by the
+ * SMs, then the SMs alone (and chunks larger than a staging slot), then the copy engines alone on
+ * every lane with the local block on a copy engine. */
+static void case_correct_ce(gt_ctx_t *ctx) {
+    cg_correct(ctx, g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, g_cg.ra, g_cg.rb, 3);
+    if (!gt_all_ok(ctx)) return;
+    const cg_param_t lanes[] = {
+        {"ce_chunk", 4 * GT_MiB}, {"ce_lanes", 3}, {"ce_sm_permille", 250}, {"ce_local", 0}};
+    cg_with_params(ctx, lanes, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
+    if (!gt_all_ok(ctx)) return;
+    const cg_param_t sm[] = {{"ce_chunk", 64 * GT_MiB}, {"ce_sm_permille", 1000}};
+    cg_with_params(ctx, sm, 2, CCHAN_COLL_CE_ALLPAIRS, 3);
+    if (!gt_all_ok(ctx)) return;
+    const cg_param_t local[] = {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 0}};
+    cg_with_params(ctx, local, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
+}
+
+/* Zero-copy AllReduce with small blocks (a larger grid). */
+static void case_correct_zc_small_blocks(gt_ctx_t *ctx) {
+    const cg_param_t ps[] = {{"zc_block_bytes", 8 * GT_KiB}};
+    cg_with_params(ctx, ps, 1, CCHAN_COLL_HB_ALLPAIRS, 1);
+}
+
 static void case_correct_auto(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.plain, CCHAN_COLL_AUTO, g_cg.a, g_cg.b, 7);
 }
@@ -311,6 +355,44 @@ static void case_graph_replay(gt_ctx_t *ctx) {
     cg_graph_case(ctx, mixed, 4, 1000, "graph mixed");
 }
 
+/* CE all-pairs in graphs: the copy-engine lanes are forked from and joined into the capturing
+ * stream; several pipeline chunks and lanes; and a graph mixing CE, zero-copy and LL calls. */
+static void case_graph_ce(gt_ctx_t *ctx) {
+    const cg_param_t ps[] = {{"ce_chunk", 4 * GT_MiB},
+                             {"ce_lanes", 2},
+                             {"ce_sm_permille", 100},
+                             {"zc_block_bytes", 8 * GT_KiB},
+                             {"ce_local", 1}};
+    const int nps = (int)(sizeof ps / sizeof ps[0]);
+    int64_t old[8];
+    for (int i = 0; i < nps; i++) {
+        GT_CCHAN(cchan_coll_get_param(g_cg.zc, ps[i].name, &old[i]));
+        GT_CCHAN(cchan_coll_set_param(g_cg.zc, ps[i].name, ps[i].value));
+    }
+    uint8_t *ra = g_cg.ra, *rb = g_cg.rb;
+    const cg_graph_call_t single[] = {
+        {g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, 0, 2, 32 * GT_MiB, 1, ra, rb},
+        {g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, 1, 0, 16 * GT_MiB, 0, ra, rb},
+        {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 0, 1, GT_MiB, 1, ra, rb}, /* zero-copy */
+    };
+    for (size_t i = 0; i < sizeof single / sizeof single[0] && gt_all_ok(ctx); i++) {
+        char label[96];
+        snprintf(label, sizeof label, "graph %s %s %s", cchan_coll_algo_name(single[i].algo),
+                 cg_op_name(single[i].op), cg_dt_name(single[i].dt));
+        cg_graph_case(ctx, &single[i], 1, 200, label);
+    }
+    const cg_graph_call_t mixed[] = {
+        {g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, 0, 0, 24 * GT_MiB + 4, 1, ra, rb},
+        {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 0, 2, 512 * GT_KiB, 1, ra + 128 * GT_MiB,
+         rb + 128 * GT_MiB},
+        {g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, 1, 1, 8 * GT_MiB, 0, ra + 256 * GT_MiB,
+         rb + 256 * GT_MiB},
+        {g_cg.plain, CCHAN_COLL_LL_ALLPAIRS, 0, 0, 16 * GT_KiB, 1, g_cg.a, g_cg.b},
+    };
+    if (gt_all_ok(ctx)) cg_graph_case(ctx, mixed, 4, 200, "graph ce mixed");
+    for (int i = 0; i < nps; i++) GT_CCHAN(cchan_coll_set_param(g_cg.zc, ps[i].name, old[i]));
+}
+
 static void case_graph_ring(gt_ctx_t *ctx) {
     const cg_graph_call_t ring[] = {
         {g_cg.zc, CCHAN_COLL_PORT_RING, 0, 2, 32 * GT_MiB, 1, g_cg.ra, g_cg.rb},
@@ -387,6 +469,8 @@ static void case_timing(gt_ctx_t *ctx) {
                 if (ctx->rank == 0) printf("(zero-copy) ");
                 cg_time(ctx, g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, op, bytes, g_cg.ra, g_cg.rb);
             }
+            if (op < 2 && bytes >= 4 * GT_MiB)
+                cg_time(ctx, g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, op, bytes, g_cg.ra, g_cg.rb);
 
             if (ctx->rank == 0)
                 printf("SELECT %s %zu B -> %s\n", cg_op_name(op), bytes,
@@ -412,6 +496,9 @@ static void cg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "correct_auto", case_correct_auto, 300);
     gt_run(ctx, "correct_switch", case_correct_switch, 300);
     gt_run(ctx, "graph_replay", case_graph_replay, 300);
+    gt_run(ctx, "correct_ce", case_correct_ce, 300);
+    gt_run(ctx, "correct_zc_blocks", case_correct_zc_small_blocks, 300);
+    gt_run(ctx, "graph_ce", case_graph_ce, 300);
     gt_run(ctx, "timing", case_timing, 300);
     gt_run(ctx, "correct_ring", case_correct_ring, 300);
     gt_run(ctx, "graph_ring", case_graph_ring, 300);

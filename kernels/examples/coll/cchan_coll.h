@@ -45,7 +45,8 @@ typedef enum cchan_coll_algo {
     CCHAN_COLL_HB_ALLPAIRS = 2,  /* two phase all-pairs, HB memory channels */
     CCHAN_COLL_SWITCH = 3,       /* two phase on switch channels (portable path unless NVLS opt-in) */
     CCHAN_COLL_PORT_RING = 4,    /* ring on port channels, reduction overlapped with the DMA */
-    CCHAN_COLL_ALGO_COUNT = 5
+    CCHAN_COLL_CE_ALLPAIRS = 5,  /* copy engines write the peers' outputs, SMs reduce (large) */
+    CCHAN_COLL_ALGO_COUNT = 6
 } cchan_coll_algo_t;
 
 #define CCHAN_COLL_CONFIG_MAGIC 0x63636331u /* "ccc1" */
@@ -86,6 +87,25 @@ cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op
 int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
                          size_t bytes);
 const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
+
+/* Tuning parameters of the copy-engine and zero-copy paths, by name, for measuring sweeps
+ * (cchan-coll-bench -T / --sweep). Defaults come from CCHAN_COLL_<NAME> (upper case) in the
+ * environment at cchan_coll_create, else from built-in values measured on 2xH200
+ * (docs/collectives.md lists them). A value applies to calls made after it is set (a captured
+ * graph keeps the values of its capture); every rank must set the same values between the same
+ * calls. -EINVAL for an unknown name or a value out of range, -ENOENT from get for an unknown name.
+ *   ce_lanes        1..8      CUDA streams the copy engines' copies are spread over (default 1)
+ *   ce_chunk        >= 64 KiB CE AllReduce: bytes of each shard pushed and reduced per kernel
+ *                             before the copy engines copy the result out (the pipeline's chunk;
+ *                             at most a staging slot, about 62 MiB with the default scratch;
+ *                             default 64 MiB, i.e. a slot)
+ *   ce_sm_permille  0..1000   CE paths: share of the bytes for peers that the SMs store instead of
+ *                             the copy engines (default 400)
+ *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
+ *                             engine (1, default) or by the SMs (0)
+ *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB) */
+int cchan_coll_set_param(cchan_coll_t *coll, const char *name, int64_t value);
+int cchan_coll_get_param(const cchan_coll_t *coll, const char *name, int64_t *out);
 size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
 
 /* The calling thread's last cchan_coll error with its context: this library's own message when its

@@ -29,6 +29,28 @@
 #define COLL_RING_CHUNK_MAX (2 * COLL_MiB) /* bytes per DMA: a proxy round trip each */
 #define COLL_SW_CHUNK_MAX (16 * COLL_MiB)  /* SWITCH: bytes of a round (two regions of it) */
 
+/* Tuning parameters (cchan_coll_set_param), with their built-in defaults and limits. */
+enum {
+    COLL_P_CE_LANES,
+    COLL_P_CE_CHUNK,
+    COLL_P_CE_SM_PERMILLE,
+    COLL_P_CE_LOCAL,
+    COLL_P_ZC_BLOCK_BYTES,
+    COLL_PARAM_COUNT
+};
+/* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
+static const struct coll_param_def {
+    const char *name, *env;
+    int64_t def, min, max;
+} coll_param_defs[COLL_PARAM_COUNT] = {
+    {"ce_lanes", "CCHAN_COLL_CE_LANES", 1, 1, COLLI_CE_LANES_MAX},
+    {"ce_chunk", "CCHAN_COLL_CE_CHUNK", 64 * (int64_t)COLL_MiB, 64 * (int64_t)COLL_KiB, INT64_MAX},
+    {"ce_sm_permille", "CCHAN_COLL_CE_SM_PERMILLE", 400, 0, 1000},
+    {"ce_local", "CCHAN_COLL_CE_LOCAL", 1, 0, 1},
+    {"zc_block_bytes", "CCHAN_COLL_ZC_BLOCK_BYTES", 32 * (int64_t)COLL_KiB, (int64_t)COLL_KiB,
+     INT64_MAX},
+};
+
 typedef struct coll_reg {
     struct coll_reg *next;
     uint8_t *ptr;
@@ -48,13 +70,15 @@ struct cchan_coll {
     cchan_mem_t *scratch;
     cchan_mem_t *peer_scratch[COLL_MAX_RANKS];
     cchan_sem_set_t *sems;
-    cchan_semaphore_t *sems_dev;    /* [hb_blocks][nranks - 1] */
-    uint32_t *ll_epoch_dev;         /* [ll_blocks] */
-    cchan_proxy_t *proxy;           /* PORT_RING's port channels */
-    cchan_sem_set_t *credits;       /* PORT_RING: receive-slot credits, one per block */
-    cchan_semaphore_t *credits_dev; /* [ring_blocks][to prev, from next] */
-    cchan_switch_t *sw_owner;       /* SWITCH: the switch channel over every rank's scratch */
-    coll_args_t base;               /* fields every call shares */
+    cchan_semaphore_t *sems_dev;     /* [hb_blocks][nranks - 1] */
+    uint32_t *ll_epoch_dev;          /* [ll_blocks] */
+    cchan_proxy_t *proxy;            /* PORT_RING's port channels */
+    cchan_sem_set_t *credits;        /* PORT_RING: receive-slot credits, one per block */
+    cchan_semaphore_t *credits_dev;  /* [ring_blocks][to prev, from next] */
+    cchan_switch_t *sw_owner;        /* SWITCH: the switch channel over every rank's scratch */
+    colli_ce_t *ce;                  /* CE_ALLPAIRS: copy-engine lanes (CUDA) */
+    int64_t param[COLL_PARAM_COUNT]; /* cchan_coll_set_param */
+    coll_args_t base;                /* fields every call shares */
     coll_reg_t *regs;
 };
 
@@ -97,6 +121,7 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo) {
     case CCHAN_COLL_HB_ALLPAIRS: return "hb_allpairs";
     case CCHAN_COLL_SWITCH: return "switch";
     case CCHAN_COLL_PORT_RING: return "port_ring";
+    case CCHAN_COLL_CE_ALLPAIRS: return "ce_allpairs";
     default: return "unknown";
     }
 }
@@ -108,6 +133,38 @@ size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype) {
     case CCHAN_COLL_BF16: return 2;
     default: return 0;
     }
+}
+
+/* ------------------------------------------------------------------ tuning parameters */
+
+static int coll_param_index(const char *name) {
+    for (int i = 0; name && i < COLL_PARAM_COUNT; i++)
+        if (!strcmp(name, coll_param_defs[i].name)) return i;
+    return -1;
+}
+
+int cchan_coll_set_param(cchan_coll_t *c, const char *name, int64_t value) {
+    static const char *where = "cchan_coll_set_param";
+    coll_clear_error();
+    if (!c) return colli_error(-EINVAL, where, "coll is NULL");
+    int i = coll_param_index(name);
+    if (i < 0) return colli_error(-EINVAL, where, "unknown parameter '%s'", name ? name : "(null)");
+    const struct coll_param_def *d = &coll_param_defs[i];
+    if (value < d->min || value > d->max)
+        return colli_error(-EINVAL, where, "%s = %lld: want [%lld, %lld]", name, (long long)value,
+                           (long long)d->min, (long long)d->max);
+    c->param[i] = value;
+    return 0;
+}
+
+int cchan_coll_get_param(const cchan_coll_t *c, const char *name, int64_t *out) {
+    static const char *where = "cchan_coll_get_param";
+    coll_clear_error();
+    if (!c || !out) return colli_error(-EINVAL, where, "coll and out must not be NULL");
+    int i = coll_param_index(name);
+    if (i < 0) return colli_error(-ENOENT, where, "unknown parameter '%s'", name ? name : "(null)");
+    *out = c->param[i];
+    return 0;
 }
 
 /* ------------------------------------------------------------------ device memory */
@@ -219,6 +276,7 @@ static void coll_reg_free(cchan_coll_t *c, coll_reg_t *g) {
 }
 
 static void coll_release(cchan_coll_t *c) {
+    if (c->ce) colli_ce_destroy(c->device, c->ce);
     if (c->proxy) {
         (void)cchan_proxy_stop(c->proxy, 5000);
         (void)cchan_proxy_destroy(c->proxy);
@@ -267,6 +325,21 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     c->nranks = nranks;
     c->device = cchan_comm_device(comm);
     c->platform = platform;
+    for (int i = 0; i < COLL_PARAM_COUNT; i++) {
+        const struct coll_param_def *d = &coll_param_defs[i];
+        const char *env = getenv(d->env);
+        c->param[i] = d->def;
+        if (!env || !*env) continue;
+        char *end;
+        errno = 0;
+        long long v = strtoll(env, &end, 0);
+        if (errno || *end || v < d->min || v > d->max) {
+            free(c);
+            return colli_error(-EINVAL, where, "%s=%s: want an integer in [%lld, %lld]", d->env,
+                               env, (long long)d->min, (long long)d->max);
+        }
+        c->param[i] = v;
+    }
     int gpu = platform == CCHAN_PLATFORM_CUDA;
     c->nthreads = gpu ? COLL_THREADS_GPU : 1u;
     int maxb =
@@ -332,6 +405,10 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     a->ring_off = n2 * (ll_slot + hb_slot);
     a->ring_chunk = ring_chunk;
     a->sw_off = a->ring_off + 2 * (size_t)c->ring_blocks * ring_chunk;
+    /* CE all-pairs AllReduce stages in the HB and PORT_RING areas together (one call at a time
+     * uses scratch, and its first barrier waits for every peer to have finished the last one) */
+    a->ce_off = a->hb_off;
+    a->ce_slot = (a->sw_off - a->hb_off) / n2 / 16 * 16;
     a->sw_chunk = sw_chunk;
     a->ll_ctl = cchan_comm_wait_ctl(comm, -1, 0xC011u);
 
@@ -372,6 +449,7 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
         a->sems = c->sems_dev;
         if ((st = coll_ring_setup(c)) < 0) goto fail;
     }
+    if (gpu && (st = colli_ce_create(c->device, &c->ce)) < 0) goto fail;
     *out = c;
     return 0;
 
@@ -460,12 +538,18 @@ static const coll_reg_t *coll_find_reg(const cchan_coll_t *c, const void *p, siz
  *     at 256 KiB, 11.1 at 1 MiB against HB 10.1 / 10.4; ReduceScatter LL 4.8 / 10.8 against HB
  *     11.5 / 12.7. With more ranks LL traffic grows with nranks - 1, so its window shrinks (those
  *     rows are scaled, not measured).
+ *   - CE all-pairs AllGather from 64 MiB on 2 ranks (registered recv; a call with
+ *     CCHAN_COLL_AUTO on unregistered buffers falls back to HB): cchan-coll-bench on 2xH200 with
+ *     NCCL in the same run, in place: 64 MiB 104.5 us against HB 115.9 (NCCL 110.5); 256 MiB
+ *     367 against 381; 1 GiB 1420 (378 GB/s) against 1489 (360); at 16 MiB HB was ahead (35.5
+ *     against 36.1 us) and at 4 MiB far ahead. Unmeasured with more ranks: no row.
+ *   - CE all-pairs AllReduce is in no row: its best (64 MiB chunks, 40% on the SMs) reached
+ *     358.5 GB/s at 1 GiB against HB's 363.3, and lost at every smaller size.
  *   - PORT_RING is in no row: on 2xH200 it reached 72 GB/s bus bandwidth at 1 GiB (AllReduce;
  *     AllGather 160) against HB all-pairs' 360, every 2 MiB chunk costing a proxy round trip of
- *     ~30 us with 32 blocks' channels in flight. It runs when asked for by name. A row for it
- *     would go here once the proxy keeps the copy engines busy; the code already restricts it to
- *     registered buffers (a call with CCHAN_COLL_AUTO falls back to HB when they are not).
- * Retune from cchan-coll-bench. */
+ *     ~30 us with 32 blocks' channels in flight. It runs when asked for by name.
+ * Rows naming PORT_RING or CE_ALLPAIRS apply only once the communicator has registered buffers.
+ * Retune from cchan-coll-bench (--sweep, docs/collectives.md). */
 typedef struct coll_select_row {
     cchan_coll_op_t op;
     int max_ranks;
@@ -478,6 +562,7 @@ static const coll_select_row_t coll_select_table[] = {
     {CCHAN_COLL_ALLREDUCE, 4, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLREDUCE, 8, 0, 128 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 2, 0, 512 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_ALLGATHER, 2, 64 * COLL_MiB, SIZE_MAX, CCHAN_COLL_CE_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_REDUCESCATTER, 2, 0, COLL_MiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_REDUCESCATTER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
@@ -506,8 +591,18 @@ int cchan_coll_supported(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_a
          * move far slower (seen stalling a 1 GiB f16 AllGather on 2xH200) */
         return op == CCHAN_COLL_ALLREDUCE || (bytes % n == 0 && (bytes / n) % 16 == 0);
     case CCHAN_COLL_SWITCH: return op == CCHAN_COLL_ALLREDUCE;
+    case CCHAN_COLL_CE_ALLPAIRS: /* with registered buffers (the call checks) */
+        /* AllGather: the copy engines write every rank's block at its offset in the peers' recv;
+         * blocks of a multiple of 16 bytes keep those copies aligned (see PORT_RING) */
+        return op == CCHAN_COLL_ALLREDUCE ||
+               (op == CCHAN_COLL_ALLGATHER && bytes % n == 0 && (bytes / n) % 16 == 0);
     default: return 0;
     }
+}
+
+/* The algorithms that work only on registered buffers. */
+static int coll_needs_reg(cchan_coll_algo_t algo) {
+    return algo == CCHAN_COLL_PORT_RING || algo == CCHAN_COLL_CE_ALLPAIRS;
 }
 
 cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes) {
@@ -516,7 +611,7 @@ cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *c, cchan_coll_op_t op, s
         const coll_select_row_t *row = &coll_select_table[i];
         if (row->op == op && c->nranks <= row->max_ranks && bytes >= row->min_bytes &&
             bytes <= row->max_bytes && cchan_coll_supported(c, op, row->algo, bytes) &&
-            (row->algo != CCHAN_COLL_PORT_RING || c->regs)) /* the ring needs registered buffers */
+            (!coll_needs_reg(row->algo) || c->regs))
             return row->algo;
     }
     return CCHAN_COLL_HB_ALLPAIRS;
@@ -539,6 +634,9 @@ static int coll_body(coll_kernel_t k, int dt, const coll_args_t *a, uint32_t blo
     case COLL_K_RING_REDUCESCATTER:
         return coll_ring_reducescatter_body(a, dt, block, nblocks, 0, 1);
     case COLL_K_SWITCH_ALLREDUCE: return coll_switch_allreduce_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_BARRIER: return coll_barrier_body(a, 0);
+    case COLL_K_CE_RS: return coll_ce_rs_body(a, dt, block, nblocks, 0, 1);
+    case COLL_K_AG_PUSH: return coll_ag_push_body(a, block, nblocks, 0, 1);
     default: return CCHAN_ERR_INTERNAL;
     }
 }
@@ -606,6 +704,127 @@ static uint32_t coll_hb_grid(const cchan_coll_t *c, size_t bytes_per_rank) {
     return (uint32_t)g;
 }
 
+/* Zero-copy grid: one block per zc_block_bytes of what a rank reduces, within limits. */
+static uint32_t coll_zc_grid(const cchan_coll_t *c, size_t bytes) {
+    if (c->platform == CCHAN_PLATFORM_HOST) return c->hb_blocks;
+    uint64_t per = (uint64_t)c->param[COLL_P_ZC_BLOCK_BYTES];
+    uint64_t g = (bytes + per - 1) / per;
+    if (g < 1) g = 1;
+    if (g > c->hb_blocks) g = c->hb_blocks;
+    return (uint32_t)g;
+}
+
+/* ------------------------------------------------------------------ CE all-pairs
+ * The call is a short sequence on the caller's stream (coll_algos.h says what each piece does):
+ * on a GPU the copies go to copy-engine lanes forked from and joined back into the stream; on the
+ * host platform every step is synchronous and a copy is a memcpy into the peer's mapping. */
+
+static int coll_run_barrier(cchan_coll_t *c, const coll_args_t *a, void *stream,
+                            const char *where) {
+    if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, COLL_K_BARRIER, 0, a, 1, where);
+    return colli_cuda_launch(c->device, COLL_K_BARRIER, 0, a, 1, 32, stream);
+}
+
+/* Copy-engine lane `lane` waits for what `stream` has enqueued so far (*forked: lanes to join). */
+static int coll_ce_fork(cchan_coll_t *c, int lane, unsigned *forked, void *stream) {
+    if (c->platform == CCHAN_PLATFORM_HOST) return 0;
+    *forked |= 1u << lane;
+    return colli_ce_fork(c->device, c->ce, lane, stream);
+}
+
+/* Copies [src, src + bytes) to dst on copy-engine lane `lane` (forked before). */
+static int coll_ce_copy(cchan_coll_t *c, int lane, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return 0;
+    if (c->platform == CCHAN_PLATFORM_HOST) {
+        memcpy(dst, src, bytes);
+        return 0;
+    }
+    return colli_ce_copy(c->device, c->ce, lane, dst, src, bytes);
+}
+
+static int coll_ce_join_all(cchan_coll_t *c, unsigned forked, void *stream) {
+    for (int l = 0; l < COLLI_CE_LANES_MAX; l++)
+        if (forked & (1u << l)) {
+            int st = colli_ce_join(c->device, c->ce, l, stream);
+            if (st) return st;
+        }
+    return 0;
+}
+
+static int coll_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
+                             const char *where) {
+    const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
+    const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
+    const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
+    const size_t len = coll_min_u64(shard, a->count - s0);
+    size_t chunk = (size_t)c->param[COLL_P_CE_CHUNK];
+    if (chunk > a->ce_slot) chunk = a->ce_slot;
+    chunk = chunk / es / vec * vec;
+    if (chunk < vec) chunk = vec;
+    const int64_t permille = c->param[COLL_P_CE_SM_PERMILLE];
+    const int lanes = (int)c->param[COLL_P_CE_LANES];
+    unsigned forked = 0;
+    int st = coll_run_barrier(c, a, stream, where);
+    /* every rank runs the same chunks and grids: the kernels' per-block barriers pair up */
+    for (size_t off = 0, k = 0; off < shard && st == 0; k++) {
+        const size_t part = shard - off < chunk ? shard - off : chunk;
+        const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
+        a->part_off = off;
+        a->part_len = part;
+        a->sm_len = sm;
+        a->ce_region = (uint32_t)(k & 1);
+        st = coll_run(c, COLL_K_CE_RS, dt, a, coll_zc_grid(c, part * es), stream, where);
+        /* the copy engines take the rest of this rank's chunk once it is reduced */
+        const size_t c0 = off < len ? off : len;
+        const size_t clen = len - c0 < part ? len - c0 : part;
+        const size_t at = (s0 + c0 + sm) * es, bytes = clen > sm ? (clen - sm) * es : 0;
+        const int lane = (int)(k % (size_t)lanes);
+        if (st == 0 && bytes && c->nranks > 1) st = coll_ce_fork(c, lane, &forked, stream);
+        for (int j = 1; j < c->nranks && st == 0; j++) {
+            int p = (c->rank + j) % c->nranks;
+            st = coll_ce_copy(c, lane, a->peer_recv[p] + at, a->recv + at, bytes);
+        }
+        off += part;
+    }
+    if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA) st = coll_ce_join_all(c, forked, stream);
+    if (st == 0) st = coll_run_barrier(c, a, stream, where);
+    return st;
+}
+
+static int coll_ce_allgather(cchan_coll_t *c, coll_args_t *a, void *stream, const char *where) {
+    const size_t bytes = a->count * a->esize, at = (size_t)c->rank * bytes;
+    const int64_t permille = c->param[COLL_P_CE_SM_PERMILLE];
+    const size_t lanes = (size_t)c->param[COLL_P_CE_LANES];
+    const size_t sm = permille >= 1000 ? bytes : bytes / 1000 * (size_t)permille / 16 * 16;
+    const size_t ce = bytes - sm, per = (size_t)coll_round_up((ce + lanes - 1) / lanes, 16);
+    /* out of place, this rank's own block: by the SMs (AG_PUSH) or by a copy engine (ce_local) */
+    const int local_ce = !a->in_place && c->param[COLL_P_CE_LOCAL];
+    unsigned forked = 0;
+    int st = coll_run_barrier(c, a, stream, where);
+    for (size_t l = 0; l < lanes && st == 0; l++) {
+        size_t lo = l * per < ce ? l * per : ce, part = ce - lo < per ? ce - lo : per;
+        if (part && c->nranks > 1) st = coll_ce_fork(c, (int)l, &forked, stream);
+        for (int j = 1; j < c->nranks && st == 0; j++) {
+            int p = (c->rank + j) % c->nranks;
+            st = coll_ce_copy(c, (int)l, a->peer_recv[p] + at + sm + lo, a->send + sm + lo, part);
+        }
+    }
+    if (st == 0 && local_ce) {
+        const int l = (int)(lanes % COLLI_CE_LANES_MAX); /* its own lane where one is left */
+        st = coll_ce_fork(c, l, &forked, stream);
+        if (st == 0) st = coll_ce_copy(c, l, a->recv + at, a->send, bytes);
+    }
+    a->sm_len = sm;
+    a->in_place = a->in_place || local_ce; /* AG_PUSH: no local copy left to do */
+    if (st == 0 && (sm || !a->in_place)) {
+        size_t touched = a->in_place ? sm : bytes;
+        st = coll_run(c, COLL_K_AG_PUSH, 0, a, coll_zc_grid(c, touched), stream, where);
+    }
+    if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA) st = coll_ce_join_all(c, forked, stream);
+    if (st == 0) st = coll_run_barrier(c, a, stream, where);
+    return st;
+}
+
 /* ------------------------------------------------------------------ the collectives */
 
 static int coll_check(cchan_coll_t *c, const void *send, void *recv, cchan_coll_dtype_t dtype,
@@ -628,7 +847,20 @@ static int coll_bytes(size_t count, size_t es, size_t mul, size_t *out, const ch
     return 0;
 }
 
-/* Picks the algorithm; for PORT_RING also fills the registrations (send's and recv's). */
+/* Every rank's send and recv mapped here, for calls on registered buffers (same offsets on every
+ * rank). */
+static void coll_map_peers(const cchan_coll_t *c, coll_args_t *a, const coll_reg_t *gs,
+                           const void *send, const coll_reg_t *gr, const void *recv) {
+    for (int p = 0; p < c->nranks; p++) {
+        a->peer_send[p] =
+            (const uint8_t *)cchan_mem_ptr(gs->peers[p]) + ((const uint8_t *)send - gs->ptr);
+        a->peer_recv[p] =
+            (uint8_t *)cchan_mem_ptr(gr->peers[p]) + ((const uint8_t *)recv - gr->ptr);
+    }
+}
+
+/* Picks the algorithm; for PORT_RING also fills the registrations (send's and recv's), for
+ * CE_ALLPAIRS the peers' buffers. */
 static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *algo, size_t bytes,
                      const void *send, size_t send_bytes, const void *recv, size_t recv_bytes,
                      coll_args_t *a, const char *where) {
@@ -643,7 +875,7 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
                                ? ": ReduceScatter needs 2 ranks; AllGather and ReduceScatter a "
                                  "per-rank block of a multiple of 16 bytes"
                                : ": AllReduce only");
-    if (*algo != CCHAN_COLL_PORT_RING) return 0;
+    if (!coll_needs_reg(*algo)) return 0;
     const coll_reg_t *gs = coll_find_reg(c, send, send_bytes);
     const coll_reg_t *gr = coll_find_reg(c, recv, recv_bytes);
     if (!gs || !gr) {
@@ -652,9 +884,17 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
             return 0;
         }
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
-                           "port_ring needs send and recv inside buffers registered with "
-                           "cchan_coll_register (%s is not)",
+                           "%s needs %s inside buffers registered with cchan_coll_register (%s is "
+                           "not)",
+                           cchan_coll_algo_name(*algo),
+                           op == CCHAN_COLL_ALLREDUCE   ? "send and recv"
+                           : op == CCHAN_COLL_ALLGATHER ? "recv"
+                                                        : "send",
                            gs ? "recv" : "send");
+    }
+    if (*algo == CCHAN_COLL_CE_ALLPAIRS) {
+        coll_map_peers(c, a, gs, send, gr, recv);
+        return 0;
     }
     a->ring_send = gs->ring_dev;
     a->ring_recv = gr->ring_dev;
@@ -703,17 +943,14 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
     case CCHAN_COLL_SWITCH:
         return coll_run(c, COLL_K_SWITCH_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream,
                         where);
+    case CCHAN_COLL_CE_ALLPAIRS: return coll_ce_allreduce(c, &a, (int)dtype, stream, where);
     default: break;
     }
     const coll_reg_t *gs = coll_find_reg(c, send, bytes), *gr = coll_find_reg(c, recv, bytes);
     /* zero-copy: read every rank's input, write every rank's output */
     if (gs && gr && bytes <= COLL_ZC_MAX_BYTES) {
-        for (int p = 0; p < c->nranks; p++) {
-            a.peer_send[p] =
-                (const uint8_t *)cchan_mem_ptr(gs->peers[p]) + ((const uint8_t *)send - gs->ptr);
-            a.peer_recv[p] = (uint8_t *)cchan_mem_ptr(gr->peers[p]) + ((uint8_t *)recv - gr->ptr);
-        }
-        return coll_run(c, COLL_K_ZC_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream,
+        coll_map_peers(c, &a, gs, send, gr, recv);
+        return coll_run(c, COLL_K_ZC_ALLREDUCE, (int)dtype, &a, coll_zc_grid(c, per), stream,
                         where);
     }
     return coll_run(c, COLL_K_HB_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream, where);
@@ -739,6 +976,7 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
     case CCHAN_COLL_PORT_RING:
         return coll_run(c, COLL_K_RING_ALLGATHER, (int)dtype, &a, coll_ring_grid(c, per), stream,
                         where);
+    case CCHAN_COLL_CE_ALLPAIRS: return coll_ce_allgather(c, &a, stream, where);
     default:
         return coll_run(c, COLL_K_HB_ALLGATHER, (int)dtype, &a, coll_hb_grid(c, per), stream,
                         where);

@@ -31,7 +31,8 @@
 CCHAN_EXTERN_C_BEGIN
 
 #define COLL_MAX_RANKS 8
-#define COLL_VEC 16u /* bytes per vector access */
+#define COLL_VEC 16u  /* bytes per vector access */
+#define COLL_UNROLL 4 /* coll_reduce: vectors per thread in flight (two sources) */
 
 enum coll_kernel_dtype { COLL_F32 = 0, COLL_F16 = 1, COLL_BF16 = 2 };
 
@@ -68,6 +69,11 @@ typedef struct coll_args {
     uint64_t sw_off, sw_chunk;        /* SWITCH: inputs at sw_off, results at sw_off + sw_chunk */
     const cchan_semaphore_t *sems;    /* device memory: [block][peer index], nranks - 1 per block */
     cchan_wait_ctl_t ll_ctl;          /* deadline for LL packet waits */
+    uint64_t part_off, part_len;      /* CE_RS: chunk [part_off, +part_len) of every rank's shard */
+    uint64_t sm_len; /* CE_RS: elements (AG_PUSH: bytes) of the chunk the SMs store into every
+                        peer's recv; the copy engines move the rest */
+    uint64_t ce_off, ce_slot; /* CE_RS: staging in scratch, two regions x source rank */
+    uint32_t ce_region;       /* CE_RS: the chunk's region (chunk index parity) */
 } coll_args_t;
 
 /* ------------------------------------------------------------------ element arithmetic
@@ -188,7 +194,27 @@ CCHAN_DEVICE_INLINE void coll_reduce(uint8_t *const *dsts, int ndst, const uint8
     for (int s = 0; s < nsrc; s++) mis |= (uintptr_t)srcs[s];
     uint64_t bytes = nelem * esize;
     uint64_t nvec = (mis & (COLL_VEC - 1)) ? 0 : bytes / COLL_VEC;
-    for (uint64_t v = tid; v < nvec; v += nthreads) {
+    uint64_t v = tid;
+    if (nsrc == 2) {
+        /* Two sources (two ranks): COLL_UNROLL vectors per thread with every load issued before
+         * the first sum, so a thread keeps that many NVLink reads in flight instead of one. */
+        for (; v + (COLL_UNROLL - 1) * (uint64_t)nthreads < nvec; v += COLL_UNROLL * nthreads) {
+            uint32_t w0[COLL_UNROLL][4], w1[COLL_UNROLL][4];
+            for (int u = 0; u < COLL_UNROLL; u++) {
+                coll_load16(srcs[0] + (v + (uint64_t)u * nthreads) * COLL_VEC, w0[u]);
+                coll_load16(srcs[1] + (v + (uint64_t)u * nthreads) * COLL_VEC, w1[u]);
+            }
+            for (int u = 0; u < COLL_UNROLL; u++) {
+                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                coll_acc_words(acc, w0[u], 4, dt);
+                coll_acc_words(acc, w1[u], 4, dt);
+                coll_pack_words(w0[u], acc, 4, dt);
+                for (int d = 0; d < ndst; d++)
+                    coll_store16(dsts[d] + (v + (uint64_t)u * nthreads) * COLL_VEC, w0[u]);
+            }
+        }
+    }
+    for (; v < nvec; v += nthreads) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         uint32_t w[4];
         for (int s = 0; s < nsrc; s++) {
@@ -564,6 +590,92 @@ CCHAN_DEVICE_INLINE int coll_zc_allreduce_body(const coll_args_t *a, int dt, uin
     }
     coll_reduce(dsts, n, srcs, n, plen, es, dt, tid, nthreads);
     return coll_hb_barrier(a, block, tid);
+}
+
+/* ------------------------------------------------------------------ CE all-pairs
+ *
+ * Copy engines and SMs together, on registered buffers, as a short sequence of launches and
+ * copies on the caller's stream (coll.c: coll_ce_allreduce, coll_ce_allgather), graph-capturable:
+ *   AllReduce: barrier; then chunk by chunk (the same number on every rank), a CE_RS kernel whose
+ *     blocks push their piece of the chunk of every peer's shard into that peer's staging slot
+ *     (region = chunk parity), meet the same block of every peer at a barrier, and reduce their
+ *     piece of this rank's chunk from the input and the slots into recv (the first sm_len elements
+ *     also into every peer's recv); after each kernel the copy engines copy the rest of the reduced
+ *     chunk into every peer's recv on a side stream, while the next chunk is pushed; the streams
+ *     join; barrier. A region is pushed into again two chunks later, after the barrier of the
+ *     chunk in between, which the peer reaches only once it has reduced the region's last chunk.
+ *   AllGather: barrier; the copy engines copy this rank's block from send into every peer's recv,
+ *     while an AG_PUSH kernel stores the first sm_len bytes of it into every peer's recv and copies
+ *     send into this rank's own recv block; join; barrier.
+ * The barriers at both ends run in a one-block BARRIER kernel (the semaphores of HB block 0): the
+ * first says that every peer has entered the call (its scratch and recv are free), the last that
+ * every peer's copies into this rank have landed. */
+CCHAN_DEVICE_INLINE int coll_barrier_body(const coll_args_t *a, uint32_t tid) {
+    return coll_hb_barrier(a, 0, tid);
+}
+
+CCHAN_DEVICE_INLINE uint8_t *coll_ce_slot(const coll_args_t *a, uint8_t *scratch, int src) {
+    return scratch + a->ce_off +
+           ((uint64_t)a->ce_region * (uint32_t)a->nranks + (uint32_t)src) * a->ce_slot;
+}
+
+CCHAN_DEVICE_INLINE int coll_ce_rs_body(const coll_args_t *a, int dt, uint32_t block,
+                                        uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
+    const uint32_t es = a->esize, vec = COLL_VEC / es;
+    const int n = a->nranks, me = a->rank;
+    const uint64_t shard = coll_round_up((a->count + n - 1) / (uint32_t)n, vec);
+    /* the piece of every shard's chunk this block moves: the same bounds on every rank */
+    const uint64_t per = coll_round_up((a->part_len + nblocks - 1) / nblocks, vec);
+    const uint64_t p0 = coll_min_u64((uint64_t)block * per, a->part_len);
+    uint64_t at[COLL_MAX_RANKS], len[COLL_MAX_RANKS];
+    for (int p = 0; p < n; p++) {
+        uint64_t s0 = coll_min_u64((uint64_t)p * shard, a->count);
+        uint64_t slen = coll_min_u64(shard, a->count - s0);
+        uint64_t c0 = coll_min_u64(a->part_off, slen);
+        uint64_t clen = coll_min_u64(a->part_len, slen - c0);
+        at[p] = s0 + c0 + p0;
+        len[p] = p0 < clen ? coll_min_u64(per, clen - p0) : 0;
+    }
+    for (int j = 1; j < n; j++) {
+        int p = coll_peer(a, j);
+        cchan_copy(coll_ce_slot(a, a->peer_scratch[p], me) + p0 * es, a->send + at[p] * es,
+                   len[p] * es, tid, nthreads);
+    }
+    int r = coll_hb_barrier(a, block, tid);
+    if (r) return r;
+    const uint8_t *srcs[COLL_MAX_RANKS];
+    uint8_t *dsts[COLL_MAX_RANKS];
+    srcs[0] = a->send + at[me] * es;
+    dsts[0] = a->recv + at[me] * es;
+    for (int j = 1; j < n; j++) {
+        int p = coll_peer(a, j);
+        srcs[j] = coll_ce_slot(a, a->scratch, p) + p0 * es;
+        dsts[j] = a->peer_recv[p] + at[me] * es;
+    }
+    uint64_t wide = p0 < a->sm_len ? coll_min_u64(len[me], a->sm_len - p0) : 0;
+    if (wide) coll_reduce(dsts, n, srcs, n, wide, es, dt, tid, nthreads);
+    if (len[me] > wide) {
+        for (int j = 0; j < n; j++) srcs[j] += wide * es;
+        uint8_t *own = dsts[0] + wide * es;
+        coll_reduce(&own, 1, srcs, n, len[me] - wide, es, dt, tid, nthreads);
+    }
+    return CCHAN_OK;
+}
+
+/* AllGather, the SMs' share: bytes [0, sm_len) of this rank's block into every peer's recv, and
+ * the whole block into this rank's own recv unless in place. */
+CCHAN_DEVICE_INLINE int coll_ag_push_body(const coll_args_t *a, uint32_t block, uint32_t nblocks,
+                                          uint32_t tid, uint32_t nthreads) {
+    const int n = a->nranks, me = a->rank;
+    const uint64_t bytes = a->count * a->esize, at = (uint64_t)me * bytes;
+    uint64_t per = coll_round_up((bytes + nblocks - 1) / nblocks, COLL_VEC);
+    uint64_t off = coll_min_u64((uint64_t)block * per, bytes);
+    uint64_t plen = coll_min_u64(per, bytes - off);
+    uint64_t wide = off < a->sm_len ? coll_min_u64(plen, a->sm_len - off) : 0;
+    for (int j = 1; j < n && wide; j++)
+        cchan_copy(a->peer_recv[coll_peer(a, j)] + at + off, a->send + off, wide, tid, nthreads);
+    if (!a->in_place) cchan_copy(a->recv + at + off, a->send + off, plen, tid, nthreads);
+    return CCHAN_OK;
 }
 
 /* ------------------------------------------------------------------ PORT_RING (zero-copy)

@@ -2,6 +2,8 @@
  * memory helpers of the host runtime. A failed device wait traps (wait.h), so the bodies' return
  * values carry nothing here. */
 #include <cuda_runtime.h>
+#include <errno.h>
+#include <stdlib.h>
 
 #include "coll_internal.h"
 
@@ -36,6 +38,9 @@
         const __grid_constant__ coll_args_t a) {                                                   \
         (void)coll_switch_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
     }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_ce_rs_##suffix(const __grid_constant__ coll_args_t a) {   \
+        (void)coll_ce_rs_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);             \
+    }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_ring_reducescatter_##suffix(                              \
         const __grid_constant__ coll_args_t a) {                                                   \
         (void)coll_ring_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x,             \
@@ -58,6 +63,13 @@ __global__ void COLL_KERNEL_BOUNDS k_ring_allgather(const __grid_constant__ coll
     (void)coll_ring_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
+__global__ void COLL_KERNEL_BOUNDS k_barrier(const __grid_constant__ coll_args_t a) {
+    (void)coll_barrier_body(&a, threadIdx.x);
+}
+__global__ void COLL_KERNEL_BOUNDS k_ag_push(const __grid_constant__ coll_args_t a) {
+    (void)coll_ag_push_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+}
+
 typedef void (*coll_kernel_fn)(const coll_args_t);
 
 static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
@@ -74,6 +86,9 @@ static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
     case COLL_K_RING_ALLGATHER: return k_ring_allgather;
     case COLL_K_RING_REDUCESCATTER: return COLL_PICK(k_ring_reducescatter);
     case COLL_K_SWITCH_ALLREDUCE: return COLL_PICK(k_switch_allreduce);
+    case COLL_K_BARRIER: return k_barrier;
+    case COLL_K_CE_RS: return COLL_PICK(k_ce_rs);
+    case COLL_K_AG_PUSH: return k_ag_push;
     default: return NULL;
     }
 #undef COLL_PICK
@@ -145,4 +160,77 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
     }
     coll_leave(device, &s);
     return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll", "kernel launch");
+}
+
+/* ------------------------------------------------------------------ copy-engine lanes */
+
+struct colli_ce {
+    cudaStream_t lane[COLLI_CE_LANES_MAX];
+    cudaEvent_t fork[COLLI_CE_LANES_MAX], join[COLLI_CE_LANES_MAX];
+};
+
+void colli_ce_destroy(int device, colli_ce_t *ce) {
+    if (!ce) return;
+    coll_device_scope_t s;
+    (void)coll_enter(device, &s);
+    for (int l = 0; l < COLLI_CE_LANES_MAX; l++) {
+        if (ce->lane[l]) {
+            (void)cudaStreamSynchronize(ce->lane[l]);
+            cudaStreamDestroy(ce->lane[l]);
+        }
+        if (ce->fork[l]) cudaEventDestroy(ce->fork[l]);
+        if (ce->join[l]) cudaEventDestroy(ce->join[l]);
+    }
+    coll_leave(device, &s);
+    free(ce);
+}
+
+int colli_ce_create(int device, colli_ce_t **out) {
+    colli_ce_t *ce = (colli_ce_t *)calloc(1, sizeof *ce);
+    if (!ce) return colli_error(-ENOMEM, "cchan_coll_create", "copy-engine lanes");
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    for (int l = 0; l < COLLI_CE_LANES_MAX && e == cudaSuccess; l++) {
+        e = cudaStreamCreateWithFlags(&ce->lane[l], cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->fork[l], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->join[l], cudaEventDisableTiming);
+    }
+    coll_leave(device, &s);
+    if (e != cudaSuccess) {
+        colli_ce_destroy(device, ce);
+        return coll_cuda_fail(e, "cchan_coll_create", "copy-engine streams and events");
+    }
+    *out = ce;
+    return 0;
+}
+
+/* from waits for what `to` has enqueued so far, through `ev` */
+static int coll_ce_order(int device, cudaStream_t from, cudaStream_t to, cudaEvent_t ev,
+                         const char *what) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, from);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(to, ev, 0);
+    coll_leave(device, &s);
+    return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll", what);
+}
+
+int colli_ce_fork(int device, colli_ce_t *ce, int lane, void *stream) {
+    return coll_ce_order(device, (cudaStream_t)stream, ce->lane[lane], ce->fork[lane],
+                         "fork of a copy-engine lane");
+}
+
+int colli_ce_join(int device, colli_ce_t *ce, int lane, void *stream) {
+    return coll_ce_order(device, ce->lane[lane], (cudaStream_t)stream, ce->join[lane],
+                         "join of a copy-engine lane");
+}
+
+int colli_ce_copy(int device, colli_ce_t *ce, int lane, void *dst, const void *src, size_t bytes) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ce->lane[lane]);
+    coll_leave(device, &s);
+    return e == cudaSuccess
+               ? 0
+               : coll_cuda_fail(e, "cchan_coll", "cudaMemcpyAsync on a copy-engine lane");
 }

@@ -22,6 +22,9 @@ typedef enum coll_kernel {
     COLL_K_RING_ALLGATHER,
     COLL_K_RING_REDUCESCATTER,
     COLL_K_SWITCH_ALLREDUCE,
+    COLL_K_BARRIER, /* one block */
+    COLL_K_CE_RS,
+    COLL_K_AG_PUSH,
     COLL_K_COUNT
 } coll_kernel_t;
 
@@ -32,6 +35,18 @@ int colli_cuda_free(int device, void *ptr);
 int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t bytes);
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
                       uint32_t nblocks, uint32_t nthreads, void *stream);
+
+/* Copy-engine copies on side streams of the caller's stream (CE all-pairs). fork: `lane` waits
+ * for the work enqueued on `stream` so far; copy: a cudaMemcpyAsync on the lane (peer memory
+ * mapped here: the copy engines write across NVLink); join: `stream` waits for the lane. All of it
+ * is capturable in a CUDA graph (a fork/join of the capturing stream). */
+#define COLLI_CE_LANES_MAX 8
+typedef struct colli_ce colli_ce_t;
+int colli_ce_create(int device, colli_ce_t **out);
+void colli_ce_destroy(int device, colli_ce_t *ce);
+int colli_ce_fork(int device, colli_ce_t *ce, int lane, void *stream);
+int colli_ce_copy(int device, colli_ce_t *ce, int lane, void *dst, const void *src, size_t bytes);
+int colli_ce_join(int device, colli_ce_t *ce, int lane, void *stream);
 
 /* Records the calling thread's error message (cchan_coll_last_error) and returns status. */
 int colli_error(int status, const char *where, const char *fmt, ...)

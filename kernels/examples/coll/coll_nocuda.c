@@ -22,3 +22,20 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
     (void)device, (void)k, (void)dtype, (void)args, (void)nblocks, (void)nthreads, (void)stream;
     return coll_no_cuda();
 }
+int colli_ce_create(int device, colli_ce_t **out) {
+    (void)device, (void)out;
+    return coll_no_cuda();
+}
+void colli_ce_destroy(int device, colli_ce_t *ce) { (void)device, (void)ce; }
+int colli_ce_fork(int device, colli_ce_t *ce, int lane, void *stream) {
+    (void)device, (void)ce, (void)lane, (void)stream;
+    return coll_no_cuda();
+}
+int colli_ce_copy(int device, colli_ce_t *ce, int lane, void *dst, const void *src, size_t bytes) {
+    (void)device, (void)ce, (void)lane, (void)dst, (void)src, (void)bytes;
+    return coll_no_cuda();
+}
+int colli_ce_join(int device, colli_ce_t *ce, int lane, void *stream) {
+    (void)device, (void)ce, (void)lane, (void)stream;
+    return coll_no_cuda();
+}

@@ -16,6 +16,7 @@ struct cchan_moe_group {
     cchan_moe_config_t cfg;
     int cuda;
     int nranks, rank, nblocks;
+    int pdl; /* kernels launch as programmatic dependents (moe_variant_t) */
     cchan_mem_t *buf;
     cchan_mem_t *peers[MOE_MAX_RANKS];
     moe_dev_t dev;
@@ -31,10 +32,14 @@ struct cchan_moe_handle {
     int32_t *topk;   /* device copy of the routing */
     int32_t *counts; /* [L] */
     uint32_t *src;   /* LL [L][N*B], HT [N*B]: where each row came from */
+    int32_t *tok;    /* LL reduced combine: [N][B] token of each received message */
+    int32_t *inv;    /* LL reduced combine: [N][B][K] output row of (rank, token, k) */
+    int32_t *nmsg;   /* LL reduced combine: [N] messages received from each rank */
     uint32_t *mask;  /* HT [B] */
     uint16_t *slot;  /* HT [B][N] */
     int32_t *mat;    /* HT [N][N] */
     int32_t *base;   /* HT [N] */
+    uint64_t *chunk; /* HT [N][C]: rows of each source's dispatch chunk */
     int ht_rows;     /* HT: rows this rank receives */
     uint32_t *epoch; /* [2]: staged dispatch, staged combine */
     int dispatched;  /* a dispatch has been issued: combine may run */
@@ -139,22 +144,16 @@ static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
         if (kind == MOE_KIND_HT_META) {
             st = moe_ht_meta(d, op, &b[0], epoch);
         } else if (kind == MOE_KIND_DISPATCH) {
-            if (op->phases & MOE_PHASE_SEND) {
+            if (op->phases & MOE_PHASE_SEND)
                 for (int i = 0; i < nb && st == 0; i++)
                     st = moe_ht_dispatch_send(d, op, &b[i], epoch);
-                for (int i = 0; i < nb && st == 0; i++)
-                    st = moe_ht_dispatch_publish(d, op, &b[i], epoch);
-            }
             if (op->phases & MOE_PHASE_RECV)
                 for (int i = 0; i < nb && st == 0; i++)
                     st = moe_ht_dispatch_recv(d, op, &b[i], epoch);
         } else {
-            if (op->phases & MOE_PHASE_SEND) {
+            if (op->phases & MOE_PHASE_SEND)
                 for (int i = 0; i < nb && st == 0; i++)
                     st = moe_ht_combine_send(d, op, &b[i], epoch);
-                for (int i = 0; i < nb && st == 0; i++)
-                    st = moe_ht_combine_publish(d, op, &b[i], epoch);
-            }
             if (op->phases & MOE_PHASE_RECV)
                 for (int i = 0; i < nb && st == 0; i++)
                     st = moe_ht_combine_recv(d, op, &b[i], epoch);
@@ -172,6 +171,13 @@ static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
         }
         if (op->phases & MOE_PHASE_RECV)
             for (int i = 0; i < nb && st == 0; i++) st = moe_ll_dispatch_recv(d, op, &b[i], epoch);
+    } else if (d->ll_reduce) {
+        if (op->phases & MOE_PHASE_SEND)
+            for (int i = 0; i < nb && st == 0; i++)
+                st = moe_ll_combine_send_reduced(d, op, &b[i], epoch);
+        if (op->phases & MOE_PHASE_RECV)
+            for (int i = 0; i < nb && st == 0; i++)
+                st = moe_ll_combine_recv_reduced(d, op, &b[i], epoch);
     } else {
         if (op->phases & MOE_PHASE_SEND)
             for (int i = 0; i < nb && st == 0; i++) st = moe_ll_combine_send(d, op, &b[i], epoch);
@@ -195,7 +201,7 @@ static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
 static int moe_run(cchan_moe_group_t *g, int kind, moe_op_t *op, void *stream) {
     if (!g->cuda) return moe_host_run(g, kind, op);
 #ifdef CCHAN_HAVE_CUDA
-    if (moe_cuda_launch(kind, &g->dev, op, g->nblocks, g->smem_bytes, stream) != 0)
+    if (moe_cuda_launch(kind, &g->dev, op, g->nblocks, g->smem_bytes, g->pdl, stream) != 0)
         return moe_error(CCHAN_ERR_CUDA,
                          kind == MOE_KIND_DISPATCH ? "cchan_moe_dispatch" : "cchan_moe_combine",
                          "%s", moe_cuda_error());
@@ -210,7 +216,53 @@ static int moe_run(cchan_moe_group_t *g, int kind, moe_op_t *op, void *stream) {
 
 typedef struct moe_shape {
     int32_t mode, num_experts, hidden, top_k, max_tokens, num_blocks;
+    moe_variant_t variant;
 } moe_shape_t;
+
+/* CCHAN_MOE_VARIANT="key=value,...": implementation choices, so one benchmark run can compare them
+ * (keys in moe_internal.h). Unknown keys are errors; every rank must pass the same. */
+static int moe_parse_variant(moe_variant_t *v) {
+    v->ll_reduce = 1;
+    v->pdl = 1;
+    v->ht_senders = 12;
+    v->ht_csenders = 8;
+    v->ht_chunks = 48;
+    v->ht_csub = 4;
+    const char *env = getenv("CCHAN_MOE_VARIANT");
+    if (!env || !*env) return 0;
+    for (const char *p = env; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64];
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
+        char key[64];
+        snprintf(key, sizeof key, "%s", item);
+        char *eq = strchr(key, '=');
+        int val = eq ? atoi(eq + 1) : 1;
+        if (eq) *eq = '\0';
+        if (!strcmp(key, "ll_reduce"))
+            v->ll_reduce = val != 0;
+        else if (!strcmp(key, "pdl"))
+            v->pdl = val != 0;
+        else if (!strcmp(key, "ht_senders") && val >= 1)
+            v->ht_senders = val;
+        else if (!strcmp(key, "ht_csenders") && val >= 1)
+            v->ht_csenders = val;
+        else if (!strcmp(key, "ht_chunks") && val >= 1 && val <= MOE_HT_MAX_CHUNKS)
+            v->ht_chunks = val;
+        else if (!strcmp(key, "ht_csub") && val >= 1 && val <= 64)
+            v->ht_csub = val;
+        else if (key[0])
+            return moe_error(-EINVAL, "cchan_moe_group_create",
+                             "CCHAN_MOE_VARIANT: unknown key or bad value '%s' (keys: "
+                             "ll_reduce, pdl, ht_senders, ht_csenders, ht_chunks, "
+                             "ht_csub)",
+                             item);
+        p += len;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
 
 static int moe_check_config(const cchan_moe_config_t *c, int nranks) {
     const char *w = "cchan_moe_group_create";
@@ -256,8 +308,16 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     if (st) return st;
 
     /* Every rank must have passed the same shape: compare before allocating anything. */
-    moe_shape_t mine = {cfg->mode,  cfg->num_experts,         cfg->hidden,
-                        cfg->top_k, cfg->max_tokens_per_rank, cfg->num_blocks};
+    moe_shape_t mine;
+    memset(&mine, 0, sizeof mine);
+    mine.mode = cfg->mode;
+    mine.num_experts = cfg->num_experts;
+    mine.hidden = cfg->hidden;
+    mine.top_k = cfg->top_k;
+    mine.max_tokens = cfg->max_tokens_per_rank;
+    mine.num_blocks = cfg->num_blocks;
+    st = moe_parse_variant(&mine.variant);
+    if (st) return st;
     moe_shape_t all[MOE_MAX_RANKS];
     st = cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, all, sizeof mine);
     if (st) return moe_error(st, w, "exchanging configurations: %s", cchan_last_error());
@@ -266,7 +326,7 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
             return moe_error(-EINVAL, w,
                              "rank %d's configuration differs from rank %d's (experts %d/%d, "
                              "hidden %d/%d, top_k %d/%d, max tokens %d/%d, mode %d/%d, blocks "
-                             "%d/%d)",
+                             "%d/%d, or CCHAN_MOE_VARIANT)",
                              r, rank, all[r].num_experts, mine.num_experts, all[r].hidden,
                              mine.hidden, all[r].top_k, mine.top_k, all[r].max_tokens,
                              mine.max_tokens, all[r].mode, mine.mode, all[r].num_blocks,
@@ -300,22 +360,32 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     d->top_k = K;
     d->max_tokens = B;
     d->ht = cfg->mode == CCHAN_MOE_HIGH_THROUGHPUT;
+    d->ll_reduce = !d->ht && mine.variant.ll_reduce;
+    g->pdl = mine.variant.pdl;
+    d->ht_senders = mine.variant.ht_senders;
+    d->ht_csenders = mine.variant.ht_csenders;
+    d->ht_chunks = mine.variant.ht_chunks;
+    d->ht_csub = mine.variant.ht_csub;
     d->hdr_bytes = moe_header_bytes(K);
     d->slot_bytes = d->hdr_bytes + (uint32_t)H * 2; /* bf16 is the larger payload */
     d->off_ack = 0;
     d->off_dcnt = moe_align((uint64_t)N * 8);
     if (!d->ht) {
         d->off_ccnt = moe_align(d->off_dcnt + (uint64_t)L * N * 8);
-        d->off_disp = moe_align(d->off_ccnt + (uint64_t)E * 8);
+        /* combine flags: per expert, or per (expert rank, token) when reduced */
+        d->off_wcnt = moe_align(d->off_ccnt + (uint64_t)(d->ll_reduce ? N * B : E) * 8);
+        d->off_cw = moe_align(d->off_wcnt + (uint64_t)N * 8);
+        d->off_disp = moe_align(d->off_cw + (d->ll_reduce ? (uint64_t)N * B * K * 4 : 0));
         d->off_cnts = d->off_disp;
         d->off_route = d->off_disp;
         g->dispatch_region = (size_t)N * B * d->slot_bytes;
         d->off_comb = moe_align(d->off_disp + g->dispatch_region);
-        g->combine_region = (size_t)B * K * H * 2;
+        g->combine_region = d->ll_reduce ? (size_t)N * B * H * 4 : (size_t)B * K * H * 2;
         g->smem_bytes = (size_t)moe_smem_bytes(K, N, L, B);
     } else {
-        d->off_ccnt = moe_align(d->off_dcnt + (uint64_t)N * 8);
-        d->off_cnts = moe_align(d->off_ccnt + (uint64_t)N * 8);
+        d->off_hflag = moe_align(d->off_dcnt + (uint64_t)N * 8);
+        d->off_ccnt = d->off_wcnt = d->off_cw = d->off_hflag;
+        d->off_cnts = moe_align(d->off_hflag + (uint64_t)3 * N * d->ht_chunks * 8);
         d->off_route = moe_align(d->off_cnts + ((uint64_t)N * N + (uint64_t)N * L) * 4);
         d->off_disp = moe_align(d->off_route + (uint64_t)N * B * MOE_HT_ROUTE_WORDS(K) * 4);
         g->dispatch_region = (size_t)N * B * H * 2;
@@ -491,6 +561,7 @@ static int moe_ht_handle_meta(cchan_moe_handle_t *h, void *stream) {
     if (!st) st = moe_dalloc(g, (size_t)B * N * 2, (void **)&h->slot, "slots");
     if (!st) st = moe_dalloc(g, (size_t)N * N * 4, (void **)&h->mat, "count matrix");
     if (!st) st = moe_dalloc(g, (size_t)N * 4, (void **)&h->base, "bases");
+    if (!st) st = moe_dalloc(g, (size_t)N * d->ht_chunks * 8, (void **)&h->chunk, "chunks");
     if (st) return st;
     moe_op_t op;
     memset(&op, 0, sizeof op);
@@ -541,6 +612,12 @@ int cchan_moe_handle_create(cchan_moe_group_t *g, const int32_t *topk_idx, int n
         st = moe_dalloc(g, (size_t)(d->ht ? 1 : d->local_experts) * d->nranks * d->max_tokens * 4,
                         (void **)&h->src, "row sources");
     if (!st) st = moe_dalloc(g, 16, (void **)&h->epoch, "epochs");
+    if (!st && d->ll_reduce) {
+        const size_t nb = (size_t)d->nranks * d->max_tokens;
+        st = moe_dalloc(g, nb * 4, (void **)&h->tok, "message tokens");
+        if (!st) st = moe_dalloc(g, nb * d->top_k * 4, (void **)&h->inv, "row index");
+        if (!st) st = moe_dalloc(g, (size_t)d->nranks * 4, (void **)&h->nmsg, "message counts");
+    }
     if (!st) st = moe_copy(g, h->topk, topk_idx, topk_bytes, stream, "copying the routing");
     if (!st && d->ht) st = moe_ht_handle_meta(h, stream);
     if (st) {
@@ -557,11 +634,15 @@ int cchan_moe_handle_destroy(cchan_moe_handle_t *h) {
     moe_dfree(g, h->topk);
     moe_dfree(g, h->counts);
     moe_dfree(g, h->src);
+    moe_dfree(g, h->tok);
+    moe_dfree(g, h->inv);
+    moe_dfree(g, h->nmsg);
     moe_dfree(g, h->epoch);
     moe_dfree(g, h->mask);
     moe_dfree(g, h->slot);
     moe_dfree(g, h->mat);
     moe_dfree(g, h->base);
+    moe_dfree(g, h->chunk);
     free(h);
     return 0;
 }
@@ -628,11 +709,15 @@ int cchan_moe_dispatch(cchan_moe_handle_t *h, const cchan_moe_dispatch_args_t *a
     op.out_counts = a->out_counts;
     op.h_counts = h->counts;
     op.h_src = h->src;
+    op.h_tok = h->tok;
+    op.h_inv = h->inv;
+    op.h_nmsg = h->nmsg;
     op.h_epoch = h->epoch;
     op.h_mask = h->mask;
     op.h_slot = h->slot;
     op.h_mat = h->mat;
     op.h_base = h->base;
+    op.h_chunk = h->chunk;
     op.ht_rows = h->ht_rows;
     op.in_weights = a->topk_weights;
     op.out_route = a->out_topk;
@@ -676,11 +761,15 @@ int cchan_moe_combine(cchan_moe_handle_t *h, const void *expert_out, const float
     op.out = out;
     op.h_counts = h->counts;
     op.h_src = h->src;
+    op.h_tok = h->tok;
+    op.h_inv = h->inv;
+    op.h_nmsg = h->nmsg;
     op.h_epoch = h->epoch + 1;
     op.h_mask = h->mask;
     op.h_slot = h->slot;
     op.h_mat = h->mat;
     op.h_base = h->base;
+    op.h_chunk = h->chunk;
     op.ht_rows = h->ht_rows;
     int st = moe_run(h->g, MOE_KIND_COMBINE, &op, stream);
     if (st) return st;

@@ -23,7 +23,9 @@
  *     token order) with out_counts[e] valid rows; bf16, or fp8 e4m3 with one float scale per 128
  *     channels (out_scales[L][N * max_tokens][hidden / 128], value = fp8 * scale) quantized inside
  *     the dispatch kernel. Combine takes the expert outputs in the same layout (bf16) and returns
- *     out[t] = sum_k w[t][k] * y(t, k) in f32, rounded once to bf16, at the token's own rank.
+ *     out[t] = sum_k w[t][k] * y(t, k) in f32, rounded once to bf16, at the token's own rank
+ *     (each rank sums its own experts of the token, in k order, and sends that f32 row back; the
+ *     token's rank adds the ranks' sums in rank order).
  *     The communication buffer is double-buffered: a dispatch and the combine after it (or two
  *     staged operations) proceed without waiting for each other's buffers. At most two operations
  *     may be in flight (issued with send_only and not completed) per group.
@@ -36,9 +38,9 @@
  *     the expert is elsewhere), out_weights[rows][K] and out_counts[L] (rows per local expert).
  *     Combine takes one row per received token (the weighted sum over this rank's experts) and
  *     returns out[t] = sum over the ranks t went to, in rank order, f32 then bf16.
- *     The ranks' rows travel with one counter per (source, destination) pair, so a hierarchical
- *     step (aggregate within the host, then one port-channel put per remote host) replaces the
- *     destination loop without changing the output contract.
+ *     Both kernels are chunked pipelines (part of the blocks send, the rest receive chunk by
+ *     chunk as each chunk's flag lands), so the copy out of the receive area and the reduction
+ *     overlap the NVLink transfer.
  *
  * Routing: topk_idx[t][k] is a global expert id in [0, num_experts) or -1 (no expert). Experts
  * are placed in blocks: rank r holds experts [r * L, (r + 1) * L), L = num_experts / nranks. Ids

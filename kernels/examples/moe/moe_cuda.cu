@@ -32,15 +32,37 @@ __device__ static inline void moe_block_init(moe_block_t *b, uint8_t *smem, cons
     moe_smem_layout(b, smem, d->top_k, d->nranks, d->local_experts, d->ht ? 0 : d->max_tokens);
 }
 
+/* Programmatic dependent launch (sm_90; no-ops elsewhere and when launched without the attribute):
+ * the next kernel on the stream may start once every block of this one has begun, and this one
+ * waits for the previous kernel's completion and memory before touching anything it wrote. All
+ * blocks of a kernel are resident before its dependent can start, so cross-block waits stay safe.
+ */
+__device__ static inline void moe_pdl_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ static inline void moe_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __global__ void __launch_bounds__(MOE_THREADS, 1) moe_k_ll_dispatch(moe_dev_t d, moe_op_t op) {
     extern __shared__ __align__(16) uint8_t smem[];
+    moe_pdl_launch_dependents();
     moe_block_t b;
     moe_block_init(&b, smem, &d);
-    const uint32_t epoch = moe_op_epoch(&d, &op, &b);
+    /* the routing is the handle's copy, written by a memory copy at handle creation: it may be
+     * read before the previous kernel has finished */
     if (op.phases & MOE_PHASE_SEND) {
         moe_load_routing(&d, &op, &b, 1);
         moe_block_scan_bits(b.mask, op.num_tokens, d.nranks, b.slot, b.total, b.wsum, b.tid,
                             b.nthreads);
+    }
+    moe_pdl_wait();
+    const uint32_t epoch = moe_op_epoch(&d, &op, &b);
+    if (op.phases & MOE_PHASE_SEND) {
         moe_ll_dispatch_send(&d, &op, &b, epoch);
         moe_ll_dispatch_signal(&d, &op, &b, epoch);
     }
@@ -50,11 +72,18 @@ __global__ void __launch_bounds__(MOE_THREADS, 1) moe_k_ll_dispatch(moe_dev_t d,
 
 __global__ void __launch_bounds__(MOE_THREADS, 1) moe_k_ll_combine(moe_dev_t d, moe_op_t op) {
     extern __shared__ __align__(16) uint8_t smem[];
+    moe_pdl_launch_dependents();
     moe_block_t b;
     moe_block_init(&b, smem, &d);
+    moe_pdl_wait();
     const uint32_t epoch = moe_op_epoch(&d, &op, &b);
-    if (op.phases & MOE_PHASE_SEND) moe_ll_combine_send(&d, &op, &b, epoch);
-    if (op.phases & MOE_PHASE_RECV) moe_ll_combine_recv(&d, &op, &b, epoch);
+    if (d.ll_reduce) {
+        if (op.phases & MOE_PHASE_SEND) moe_ll_combine_send_reduced(&d, &op, &b, epoch);
+        if (op.phases & MOE_PHASE_RECV) moe_ll_combine_recv_reduced(&d, &op, &b, epoch);
+    } else {
+        if (op.phases & MOE_PHASE_SEND) moe_ll_combine_send(&d, &op, &b, epoch);
+        if (op.phases & MOE_PHASE_RECV) moe_ll_combine_recv(&d, &op, &b, epoch);
+    }
     moe_op_finish(&d, &op, &b, epoch);
 }
 
@@ -69,26 +98,24 @@ __global__ void __launch_bounds__(MOE_HT_THREADS, 1) moe_k_ht_meta(moe_dev_t d, 
 
 __global__ void __launch_bounds__(MOE_HT_THREADS, 1) moe_k_ht_dispatch(moe_dev_t d, moe_op_t op) {
     extern __shared__ __align__(16) uint8_t smem[];
+    moe_pdl_launch_dependents();
     moe_block_t b;
     moe_block_init(&b, smem, &d);
+    moe_pdl_wait();
     const uint32_t epoch = moe_op_epoch(&d, &op, &b);
-    if (op.phases & MOE_PHASE_SEND) {
-        moe_ht_dispatch_send(&d, &op, &b, epoch);
-        moe_ht_dispatch_publish(&d, &op, &b, epoch);
-    }
+    if (op.phases & MOE_PHASE_SEND) moe_ht_dispatch_send(&d, &op, &b, epoch);
     if (op.phases & MOE_PHASE_RECV) moe_ht_dispatch_recv(&d, &op, &b, epoch);
     moe_op_finish(&d, &op, &b, epoch);
 }
 
 __global__ void __launch_bounds__(MOE_HT_THREADS, 1) moe_k_ht_combine(moe_dev_t d, moe_op_t op) {
     extern __shared__ __align__(16) uint8_t smem[];
+    moe_pdl_launch_dependents();
     moe_block_t b;
     moe_block_init(&b, smem, &d);
+    moe_pdl_wait();
     const uint32_t epoch = moe_op_epoch(&d, &op, &b);
-    if (op.phases & MOE_PHASE_SEND) {
-        moe_ht_combine_send(&d, &op, &b, epoch);
-        moe_ht_combine_publish(&d, &op, &b, epoch);
-    }
+    if (op.phases & MOE_PHASE_SEND) moe_ht_combine_send(&d, &op, &b, epoch);
     if (op.phases & MOE_PHASE_RECV) moe_ht_combine_recv(&d, &op, &b, epoch);
     moe_op_finish(&d, &op, &b, epoch);
 }
@@ -149,9 +176,33 @@ extern "C" int moe_cuda_prepare(size_t smem_bytes) {
     return 0;
 }
 
+/* An LL kernel as a programmatic dependent of the stream's previous kernel. */
+static int moe_launch_pdl(void (*kernel)(moe_dev_t, moe_op_t), const moe_dev_t *dev,
+                          const moe_op_t *op, int nblocks, int nthreads, size_t smem_bytes,
+                          cudaStream_t s) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3((unsigned)nblocks);
+    cfg.blockDim = dim3((unsigned)nthreads);
+    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    MOE_CUDA(cudaLaunchKernelEx(&cfg, kernel, *dev, *op));
+    return 0;
+}
+
 extern "C" int moe_cuda_launch(int kind, const moe_dev_t *dev, const moe_op_t *op, int nblocks,
-                               size_t smem_bytes, void *stream) {
+                               size_t smem_bytes, int pdl, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
+    if (pdl && !dev->ht)
+        return moe_launch_pdl(kind == MOE_KIND_DISPATCH ? moe_k_ll_dispatch : moe_k_ll_combine, dev,
+                              op, nblocks, MOE_THREADS, smem_bytes, s);
+    if (pdl && kind != MOE_KIND_HT_META) /* the count exchange is followed by a host sync */
+        return moe_launch_pdl(kind == MOE_KIND_DISPATCH ? moe_k_ht_dispatch : moe_k_ht_combine, dev,
+                              op, nblocks, MOE_HT_THREADS, smem_bytes, s);
     if (dev->ht) {
         if (kind == MOE_KIND_HT_META)
             moe_k_ht_meta<<<nblocks, MOE_HT_THREADS, smem_bytes, s>>>(*dev, *op);

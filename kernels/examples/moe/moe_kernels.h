@@ -24,10 +24,17 @@ CCHAN_EXTERN_C_BEGIN
 /* Device view of a group: sizes, the layout, and the buffers. Passed by value to kernels. */
 typedef struct moe_dev {
     int32_t rank, nranks, num_experts, local_experts, hidden, top_k, max_tokens;
-    int32_t ht; /* 1: high-throughput layout */
+    int32_t ht;        /* 1: high-throughput layout */
+    int32_t ll_reduce; /* LL combine: the expert side sums a token's local experts (moe_wire.h) */
     uint32_t hdr_bytes, slot_bytes;
     uint64_t parity_bytes; /* one parity of the layout */
     uint64_t off_ack, off_dcnt, off_ccnt, off_cnts, off_disp, off_route, off_comb; /* in a parity */
+    uint64_t off_wcnt, off_cw;    /* LL reduced combine: weight counters [N], weights [N][B][K] */
+    int32_t ht_senders;           /* HT: dispatch blocks that send (the others receive) */
+    int32_t ht_csenders;          /* HT: combine blocks that send */
+    int32_t ht_csub;              /* HT combine: progress flags per chunk */
+    int32_t ht_chunks;            /* HT: chunks per rank's token range */
+    uint64_t off_hflag;           /* HT: dispatch flags, descriptors, combine flags [N][C] */
     uint8_t *peer[MOE_MAX_RANKS]; /* every rank's buffer mapped here; peer[rank] is ours */
     uint32_t *seq;                /* operation counter (epoch), starts at 1 */
     uint32_t *done;               /* blocks finished in the current operation */
@@ -49,11 +56,15 @@ typedef struct moe_op {
     int32_t *out_counts;     /* dispatch: [L] tokens per local expert (may be NULL) */
     int32_t *h_counts;       /* handle: [L] tokens per local expert (LL), [N] rows per rank (HT) */
     uint32_t *h_src;         /* handle LL: [L][N·B] rank << 24 | t·K + k of each output row */
+    int32_t *h_tok;          /* handle LL: [N][B] token (at its rank) of message a from rank s */
+    int32_t *h_inv;          /* handle LL: [N][B][K] output row of (rank s, token t, k), -1: none */
+    int32_t *h_nmsg;         /* handle LL: [N] messages received from each rank */
     uint32_t *h_epoch;       /* handle: the epoch of its staged operation */
     uint16_t *h_slot;        /* handle HT: [T][N] token t's index among my tokens for rank r */
     uint32_t *h_mask;        /* handle HT: [T] ranks token t goes to */
     int32_t *h_mat;          /* handle HT: [N][N] tokens rank s sends rank r */
     int32_t *h_base;         /* handle HT: [N] first row of my tokens at rank r */
+    uint64_t *h_chunk;       /* handle HT: [N][C] rows of rank s's chunk c: lo | n << 32 */
     int32_t *out_route;      /* HT dispatch: [rows][K] local expert ids; NULL: not wanted */
     float *out_weights;      /* HT dispatch: [rows][K]; NULL: not wanted */
     const float *in_weights; /* HT dispatch: the tokens' router weights, may be NULL */
@@ -484,6 +495,7 @@ CCHAN_DEVICE_INLINE int moe_ll_dispatch_recv(const moe_dev_t *d, const moe_op_t 
             uint64_t v = cchan_load_relaxed_sys_u64(c);
             m_r[r] = (int32_t)MOE_COUNTER_M(v);
             n_r[r] = (int32_t)MOE_COUNTER_N(v);
+            if (e == 0 && op->h_nmsg) op->h_nmsg[r] = n_r[r];
         }
         cchan_block_sync();
         if (b->tid == 0) {
@@ -502,9 +514,22 @@ CCHAN_DEVICE_INLINE int moe_ll_dispatch_recv(const moe_dev_t *d, const moe_op_t 
             for (int a = (int)b->tid; a < n; a += (int)b->nthreads) {
                 const int32_t *h = (const int32_t *)(const void *)(region + (uint64_t)a * P);
                 uint32_t hit = 0;
-                for (int k = 0; k < K; k++)
-                    if (h[2 + k] == eg) hit = 1u | ((uint32_t)k << 1) | ((uint32_t)h[0] << 5);
+                int32_t first = -1; /* the message's first expert on this rank */
+                for (int k = 0; k < K; k++) {
+                    const int32_t x = h[2 + k];
+                    if (x == eg) hit = 1u | ((uint32_t)k << 1) | ((uint32_t)h[0] << 5);
+                    if (first < 0 && x >= 0 && x / L == d->rank) first = x;
+                }
                 b->mask[a] = hit;
+                /* for the reduced combine: the block of the first local expert names the token
+                 * and marks the entries of experts elsewhere; each expert's block fills its own */
+                if (op->h_inv && first == eg) {
+                    const int32_t tok = h[0];
+                    op->h_tok[r * B + a] = tok;
+                    int32_t *inv = op->h_inv + ((int64_t)r * B + tok) * K;
+                    for (int k = 0; k < K; k++)
+                        if (!(h[2 + k] >= 0 && h[2 + k] / L == d->rank)) inv[k] = -1;
+                }
             }
             cchan_block_sync();
             moe_block_scan_bits(b->mask, n, 1, b->slot, b->total, b->wsum, b->tid, b->nthreads);
@@ -554,6 +579,7 @@ CCHAN_DEVICE_INLINE int moe_ll_dispatch_recv(const moe_dev_t *d, const moe_op_t 
             for (int i = (int)b->tid; i < m; i += (int)b->nthreads) {
                 uint32_t k = (b->list[i] >> 12) & 15u, tok = b->list[i] >> 16;
                 op->h_src[row0 + i] = ((uint32_t)r << 24) | (tok * (uint32_t)K + k);
+                if (op->h_inv) op->h_inv[((int64_t)r * B + tok) * K + k] = (int32_t)(row0 + i);
             }
             cchan_block_sync();
         }
@@ -660,14 +686,196 @@ CCHAN_DEVICE_INLINE int moe_ll_combine_recv(const moe_dev_t *d, const moe_op_t *
     return st;
 }
 
+/* ------------------------------------------------------------------ LL combine, reduced
+ *
+ * The expert side sums, for each token it received, the weighted outputs of its own experts (f32,
+ * in k order) and sends that one f32 row back instead of one bf16 row per expert: with top-8 over
+ * two ranks a token has about four experts per rank, so half the bytes cross NVLink. The router
+ * weights are the token side's, so it first writes them to every peer ([B][K] floats, one release
+ * per peer). A token's rank adds the ranks' partial sums in rank order (its own computed in place
+ * from expert_out) and rounds once to bf16. One flag per (expert rank, token) lets each token's
+ * block start as soon as its rows have landed. */
+
+/* Accumulates sum_j w[j] * y[rows[j]] (the 8 bf16 channels at 16-byte vector v of rows of nv
+ * vectors) into acc, in j order. */
+CCHAN_DEVICE_INLINE void moe_wsum8(const uint8_t *y, const int32_t *rows, const float *w, int n,
+                                   int nv, int v, float *acc) {
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        moe_w4_t x[4];
+        for (int u = 0; u < 4; u++)
+            x[u] = moe_load16(y + ((uint64_t)rows[j + u] * nv + (uint64_t)v) * 16);
+        for (int u = 0; u < 4; u++)
+            for (int i = 0; i < 4; i++) {
+                acc[2 * i] += w[j + u] * moe_bf16_lo(x[u].w[i]);
+                acc[2 * i + 1] += w[j + u] * moe_bf16_hi(x[u].w[i]);
+            }
+    }
+    for (; j < n; j++) {
+        moe_w4_t x = moe_load16(y + ((uint64_t)rows[j] * nv + (uint64_t)v) * 16);
+        for (int i = 0; i < 4; i++) {
+            acc[2 * i] += w[j] * moe_bf16_lo(x.w[i]);
+            acc[2 * i + 1] += w[j] * moe_bf16_hi(x.w[i]);
+        }
+    }
+}
+
+CCHAN_DEVICE_INLINE int moe_ll_combine_send_reduced(const moe_dev_t *d, const moe_op_t *op,
+                                                    moe_block_t *b, uint32_t epoch) {
+    const int N = d->nranks, K = d->top_k, H = d->hidden, B = d->max_tokens, T = op->num_tokens;
+    const int nv = H / 8;
+    int st = moe_wait_acks(d, b, epoch);
+    if (b->block == 0) { /* first: the host backend runs blocks in order */
+        for (int r = 0; r < N; r++) {
+            if (r == d->rank) continue;
+            float *cw =
+                (float *)(void *)(moe_parity(d, r, epoch) + d->off_cw) + (int64_t)d->rank * B * K;
+            for (int i = (int)b->tid; i < T * K; i += (int)b->nthreads)
+                cw[i] = op->weights ? op->weights[i] : 1.0f;
+        }
+        cchan_block_sync();
+        for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
+            if (r != d->rank) {
+                uint64_t *c = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_wcnt);
+                cchan_store_release_sys_u64(&c[d->rank], epoch);
+            }
+        cchan_block_sync();
+    }
+    uint8_t *mine = moe_parity(d, d->rank, epoch);
+    const uint64_t *wcnt = (const uint64_t *)(const void *)(mine + d->off_wcnt);
+    int32_t *rows = b->misc + MOE_MAX_TOPK, *nk = b->misc + 2 * MOE_MAX_TOPK;
+    float *w = (float *)(void *)b->misc;
+    int total = 0;
+    for (int s = 0; s < N; s++)
+        if (s != d->rank) total += op->h_nmsg[s];
+    uint32_t weights_seen = 0;
+    for (int it = (int)b->block; it < total; it += (int)b->nblocks) {
+        int s = 0, a = it;
+        for (; s < N; s++) {
+            if (s == d->rank) continue;
+            if (a < op->h_nmsg[s]) break;
+            a -= op->h_nmsg[s];
+        }
+        if (!((weights_seen >> s) & 1u)) {
+            if (b->tid == 0) {
+                int s2 = cchan_wait_geq_u64(&wcnt[s], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
+                if (s2 != CCHAN_OK) st = s2;
+            }
+            weights_seen |= 1u << s;
+        }
+        const int32_t tok = op->h_tok[s * B + a];
+        if (b->tid == 0) {
+            const int32_t *inv = op->h_inv + ((int64_t)s * B + tok) * K;
+            const float *cw =
+                (const float *)(const void *)(mine + d->off_cw) + ((int64_t)s * B + tok) * K;
+            int n = 0;
+            for (int k = 0; k < K; k++)
+                if (inv[k] >= 0) {
+                    rows[n] = inv[k];
+                    w[n++] = cw[k];
+                }
+            *nk = n;
+        }
+        cchan_block_sync();
+        const int n = *nk;
+        float *dst = (float *)(void *)(moe_parity(d, s, epoch) + d->off_comb) +
+                     ((int64_t)d->rank * B + tok) * H;
+        for (int v = (int)b->tid; v < nv; v += (int)b->nthreads) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            moe_wsum8((const uint8_t *)op->x, rows, w, n, nv, v, acc);
+            moe_w4_t o0, o1;
+            for (int i = 0; i < 4; i++) {
+                o0.w[i] = cchan_f32_bits(acc[i]);
+                o1.w[i] = cchan_f32_bits(acc[4 + i]);
+            }
+            moe_store16(dst + (int64_t)v * 8, o0);
+            moe_store16(dst + (int64_t)v * 8 + 4, o1);
+        }
+        cchan_block_sync();
+        if (b->tid == 0) {
+            uint64_t *f = (uint64_t *)(void *)(moe_parity(d, s, epoch) + d->off_ccnt);
+            cchan_store_release_sys_u64(&f[d->rank * B + tok], epoch);
+        }
+    }
+    cchan_block_sync();
+    return st;
+}
+
+CCHAN_DEVICE_INLINE int moe_ll_combine_recv_reduced(const moe_dev_t *d, const moe_op_t *op,
+                                                    moe_block_t *b, uint32_t epoch) {
+    const int T = op->num_tokens, K = d->top_k, H = d->hidden, N = d->nranks, B = d->max_tokens;
+    const int L = d->local_experts, nv = H / 8;
+    const uint8_t *mine = moe_parity(d, d->rank, epoch);
+    const uint64_t *flag = (const uint64_t *)(const void *)(mine + d->off_ccnt);
+    int32_t *rows = b->misc + MOE_MAX_TOPK, *nk = b->misc + 2 * MOE_MAX_TOPK;
+    uint32_t *mask = (uint32_t *)(void *)(b->misc + 2 * MOE_MAX_TOPK + 1);
+    float *w = (float *)(void *)b->misc;
+    int st = CCHAN_OK;
+    for (int t = (int)b->block; t < T; t += (int)b->nblocks) {
+        if (b->tid == 0) {
+            int32_t row[MOE_MAX_TOPK];
+            for (int k = 0; k < K; k++) row[k] = op->topk[(int64_t)t * K + k];
+            moe_sanitize_row(d, row, t, 0);
+            const int32_t *inv = op->h_inv + ((int64_t)d->rank * B + t) * K;
+            uint32_t m = 0;
+            int n = 0;
+            for (int k = 0; k < K; k++) {
+                if (row[k] < 0) continue;
+                m |= 1u << (row[k] / L);
+                if (row[k] / L == d->rank) {
+                    rows[n] = inv[k];
+                    w[n++] = op->weights ? op->weights[(int64_t)t * K + k] : 1.0f;
+                }
+            }
+            *nk = n;
+            *mask = m;
+        }
+        cchan_block_sync();
+        const uint32_t m = *mask;
+        const int n = *nk;
+        for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
+            if (r != d->rank && ((m >> r) & 1u)) {
+                int s = cchan_wait_geq_u64(&flag[r * B + t], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
+                if (s != CCHAN_OK) st = s;
+            }
+        cchan_block_sync();
+        uint16_t *out = (uint16_t *)op->out + (int64_t)t * H;
+        for (int v = (int)b->tid; v < nv; v += (int)b->nthreads) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int r = 0; r < N; r++) {
+                if (!((m >> r) & 1u)) continue;
+                float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                if (r == d->rank) {
+                    moe_wsum8((const uint8_t *)op->x, rows, w, n, nv, v, p);
+                } else {
+                    const float *src = (const float *)(const void *)(mine + d->off_comb) +
+                                       ((int64_t)r * B + t) * H + (int64_t)v * 8;
+                    moe_w4_t x0 = moe_load16(src), x1 = moe_load16(src + 4);
+                    for (int i = 0; i < 4; i++) {
+                        p[i] = cchan_f32_from_bits(x0.w[i]);
+                        p[4 + i] = cchan_f32_from_bits(x1.w[i]);
+                    }
+                }
+                for (int i = 0; i < 8; i++) acc[i] += p[i];
+            }
+            moe_w4_t o;
+            for (int i = 0; i < 4; i++)
+                o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[2 * i]).bits |
+                         ((uint32_t)cchan_f32_to_bf16(acc[2 * i + 1]).bits << 16);
+            moe_store16(out + v * 8, o);
+        }
+        cchan_block_sync();
+    }
+    return st;
+}
+
 /* ------------------------------------------------------------------ HT (high throughput)
  *
  * Rows are whole tokens (one per destination rank, not per expert). Handle creation (moe_ht_meta)
  * exchanges the token counts, so every rank knows where its rows land at every other rank: the 2D
  * output is rank 0's tokens, then rank 1's, ..., each in token order. Each route row carries the
  * token index, the token's experts as local ids of the receiving rank (-1 elsewhere) and their
- * weights. Blocks work on contiguous ranges; per destination, a block counts what it sent into
- * sent[r] after a system fence, and one block per destination publishes one counter. */
+ * weights. */
 
 #define MOE_HT_ROUTE_WORDS(K) ((1 + 2 * (K) + 3) / 4 * 4)
 
@@ -742,284 +950,357 @@ CCHAN_DEVICE_INLINE int moe_ht_meta(const moe_dev_t *d, const moe_op_t *op, moe_
     return st;
 }
 
-/* Waits until every block's rows for rank r are fenced (sent[r] reaches n), then publishes the
- * counter `slot` of rank r's parity area at `off`. One thread. */
-CCHAN_DEVICE_INLINE int moe_ht_publish(const moe_dev_t *d, int r, uint64_t n, uint64_t off,
-                                       uint64_t value, uint32_t epoch) {
-    int st = cchan_wait_geq_u64(&d->sent[r], n, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-    d->sent[r] = 0;
-    uint64_t *c = (uint64_t *)(void *)(moe_parity(d, r, epoch) + off);
-    cchan_store_release_sys_u64(&c[d->rank], value);
-    return st;
-}
-
 #define MOE_HT_UNROLL 4
 #define MOE_HT_REDUCE_UNROLL 2 /* f32 accumulators per vector: keep it under 64 registers */
 
-CCHAN_DEVICE_INLINE int moe_ht_dispatch_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                             uint32_t epoch) {
-    const int T = op->num_tokens, K = d->top_k, N = d->nranks, H = d->hidden, L = d->local_experts;
-    const int nv = H / 8, RW = MOE_HT_ROUTE_WORDS(K);
+/* The dispatch and combine kernels are chunked pipelines. The blocks split into senders and
+ * receivers. Each rank's tokens are cut into C chunks; sender block i sends chunks i, i + S, ... (a
+ * warp per token, the whole row), and after each chunk releases one flag per destination, with a
+ * descriptor of the chunk's rows there (its rows at a destination are contiguous: tokens keep their
+ * order). Receivers copy chunks as their flags arrive, in chunk order, so the copy out of the
+ * receive area overlaps the transfer, and they copy this rank's own rows (no transfer) first.
+ * Combine runs the same chunks backwards: the expert side sends a source's chunk in parts, each
+ * followed by a progress flag, and the token side reduces a chunk's tokens as soon as every rank's
+ * progress has passed them. */
+
+/* Senders of a kernel that wants `want` of them: block < S sends, the others receive (numbered
+ * from 0); a single block does both. */
+CCHAN_DEVICE_INLINE int moe_ht_nsenders(int want, const moe_block_t *b) {
+    if (b->nblocks <= 1) return 1;
+    return want < (int)b->nblocks ? want : (int)b->nblocks - 1;
+}
+CCHAN_DEVICE_INLINE int moe_ht_is_sender(int want, const moe_block_t *b) {
+    return b->nblocks <= 1 || (int)b->block < moe_ht_nsenders(want, b);
+}
+CCHAN_DEVICE_INLINE int moe_ht_receiver(int want, const moe_block_t *b, int *nrecv) {
+    if (b->nblocks <= 1) {
+        *nrecv = 1;
+        return 0;
+    }
+    const int S = moe_ht_nsenders(want, b);
+    *nrecv = (int)b->nblocks - S;
+    return (int)b->block - S; /* < 0: a sender */
+}
+
+/* Warps of a block (a "warp" is one thread on the host backend). */
+CCHAN_DEVICE_INLINE void moe_warps(const moe_block_t *b, int *lane, int *warp, int *nwarps,
+                                   int *width) {
+    const int w = b->nthreads >= 32 ? 32 : 1;
+    *width = w;
+    *lane = (int)b->tid % w;
+    *warp = (int)b->tid / w;
+    *nwarps = (int)b->nthreads / w;
+}
+
+/* One row of nv 16-byte vectors to nd destinations, by one warp. */
+CCHAN_DEVICE_INLINE void moe_warp_copy_row(uint8_t *const *dst, int nd, const uint8_t *src, int nv,
+                                           int lane, int width) {
+    if (nd == 1) { /* the common case, with the destination in a register */
+        uint8_t *d0 = dst[0];
+        for (int v0 = lane; v0 < nv; v0 += width * MOE_HT_UNROLL) {
+            moe_w4_t x[MOE_HT_UNROLL] = {{{0}}};
+            for (int u = 0; u < MOE_HT_UNROLL; u++) {
+                const int v = v0 + u * width;
+                if (v < nv) x[u] = moe_load16(src + (uint64_t)v * 16);
+            }
+            for (int u = 0; u < MOE_HT_UNROLL; u++) {
+                const int v = v0 + u * width;
+                if (v < nv) moe_store16(d0 + (uint64_t)v * 16, x[u]);
+            }
+        }
+        return;
+    }
+    for (int v0 = lane; v0 < nv; v0 += width * MOE_HT_UNROLL) {
+        moe_w4_t x[MOE_HT_UNROLL] = {{{0}}};
+        for (int u = 0; u < MOE_HT_UNROLL; u++) {
+            const int v = v0 + u * width;
+            if (v < nv) x[u] = moe_load16(src + (uint64_t)v * 16);
+        }
+        for (int u = 0; u < MOE_HT_UNROLL; u++) {
+            const int v = v0 + u * width;
+            if (v >= nv) break;
+            for (int j = 0; j < nd; j++) moe_store16(dst[j] + (uint64_t)v * 16, x[u]);
+        }
+    }
+}
+
+CCHAN_DEVICE_INLINE void moe_chunk_range(int n, int c, int nchunks, int *lo, int *hi) {
+    *lo = (int)((int64_t)n * c / nchunks);
+    *hi = (int)((int64_t)n * (c + 1) / nchunks);
+}
+
+/* Rows [lo, lo + n) of my tokens' rows at rank r for tokens [tlo, thi). */
+CCHAN_DEVICE_INLINE uint64_t moe_ht_chunk_desc(const moe_op_t *op, int me, int N, int r, int tlo,
+                                               int thi) {
+    const int T = op->num_tokens;
+    const int32_t lo = tlo < T ? op->h_slot[(int64_t)tlo * N + r] : op->h_mat[me * N + r];
+    const int32_t hi = thi < T ? op->h_slot[(int64_t)thi * N + r] : op->h_mat[me * N + r];
+    return (uint64_t)(uint32_t)(op->h_base[r] + lo) | ((uint64_t)(uint32_t)(hi - lo) << 32);
+}
+
+/* Tokens [tlo, thi) to the ranks in `ranks` (their bits of each token's mask): rows and route rows
+ * to peers' receive areas, this rank's own rows straight to the output. One warp per token. */
+CCHAN_DEVICE_INLINE void moe_ht_send_tokens(const moe_dev_t *d, const moe_op_t *op,
+                                            const moe_block_t *b, uint32_t epoch, int tlo, int thi,
+                                            uint32_t ranks) {
+    const int N = d->nranks, K = d->top_k, H = d->hidden, L = d->local_experts, nv = H / 8;
+    const int RW = MOE_HT_ROUTE_WORDS(K);
     const uint64_t row_bytes = (uint64_t)H * 2;
-    int st = moe_wait_acks(d, b, epoch);
-    int lo, hi;
-    moe_range(T, b, &lo, &hi);
-    int32_t *sent_here = b->misc; /* [N] */
-    for (int r = (int)b->tid; r < N; r += (int)b->nthreads) sent_here[r] = 0;
-    cchan_block_sync();
-    /* route rows, and this block's count per destination */
-    for (int t = lo + (int)b->tid; t < hi; t += (int)b->nthreads) {
-        const uint32_t m = op->h_mask[t];
+    int lane, warp, nw, width;
+    moe_warps(b, &lane, &warp, &nw, &width);
+    for (int t = tlo + warp; t < thi; t += nw) {
+        const uint32_t m = op->h_mask[t] & ranks;
+        if (!m) continue;
+        uint8_t *dst[MOE_MAX_RANKS];
+        int nd = 0;
         for (int r = 0; r < N; r++) {
             if (!((m >> r) & 1u)) continue;
-            moe_smem_add(&sent_here[r], 1);
             const int64_t row = op->h_base[r] + op->h_slot[(int64_t)t * N + r];
-            int32_t *route = (int32_t *)(void *)(moe_parity(d, r, epoch) + d->off_route) + row * RW;
-            route[0] = t;
-            for (int k = 0; k < K; k++) {
-                int32_t e = op->topk[(int64_t)t * K + k];
-                route[1 + k] = (e >= 0 && e / L == r) ? e - r * L : -1;
-                float w = op->in_weights ? op->in_weights[(int64_t)t * K + k] : 0.0f;
-                route[1 + K + k] = (int32_t)cchan_f32_bits(w);
+            if (r == d->rank) {
+                dst[nd++] = (uint8_t *)op->out + (uint64_t)row * row_bytes;
+                for (int k = lane; k < K; k += width) {
+                    const int32_t e = op->topk[(int64_t)t * K + k];
+                    if (op->out_route)
+                        op->out_route[row * K + k] = (e >= 0 && e / L == r) ? e - r * L : -1;
+                    if (op->out_weights)
+                        op->out_weights[row * K + k] =
+                            op->in_weights ? op->in_weights[(int64_t)t * K + k] : 0.0f;
+                }
+                if (lane == 0) op->h_src[row] = ((uint32_t)r << 24) | (uint32_t)t;
+            } else {
+                uint8_t *area = moe_parity(d, r, epoch);
+                dst[nd++] = area + d->off_disp + (uint64_t)row * row_bytes;
+                int32_t *route = (int32_t *)(void *)(area + d->off_route) + row * RW;
+                for (int w = lane; w < 1 + 2 * K; w += width) {
+                    int32_t v;
+                    if (w == 0) {
+                        v = t;
+                    } else if (w <= K) {
+                        const int32_t e = op->topk[(int64_t)t * K + w - 1];
+                        v = (e >= 0 && e / L == r) ? e - r * L : -1;
+                    } else {
+                        const float f =
+                            op->in_weights ? op->in_weights[(int64_t)t * K + w - 1 - K] : 0.0f;
+                        v = (int32_t)cchan_f32_bits(f);
+                    }
+                    route[w] = v;
+                }
             }
         }
+        moe_warp_copy_row(dst, nd, (const uint8_t *)(op->x + (int64_t)t * H), nv, lane, width);
     }
-    /* data: 16-byte vectors, several loads in flight per thread */
-    const int64_t total = (int64_t)(hi - lo) * nv;
-    const int64_t step = (int64_t)b->nthreads * MOE_HT_UNROLL;
-    for (int64_t j0 = b->tid; j0 < total; j0 += step) {
-        moe_w4_t v[MOE_HT_UNROLL];
-        for (int u = 0; u < MOE_HT_UNROLL; u++) {
-            int64_t j = j0 + (int64_t)u * b->nthreads;
-            if (j < total) {
-                int t = lo + (int)(j / nv), c = (int)(j % nv);
-                v[u] = moe_load16(op->x + (int64_t)t * H + c * 8);
-            }
-        }
-        for (int u = 0; u < MOE_HT_UNROLL; u++) {
-            int64_t j = j0 + (int64_t)u * b->nthreads;
-            if (j >= total) break;
-            int t = lo + (int)(j / nv), c = (int)(j % nv);
-            const uint32_t m = op->h_mask[t];
-            for (int r = 0; r < N; r++) {
-                if (!((m >> r) & 1u)) continue;
-                const int64_t row = op->h_base[r] + op->h_slot[(int64_t)t * N + r];
-                /* rows for this rank go straight to the output; the others to the peer's area */
-                uint8_t *area =
-                    r == d->rank ? (uint8_t *)op->out : moe_parity(d, r, epoch) + d->off_disp;
-                moe_store16(area + (uint64_t)row * row_bytes + (uint64_t)c * 16, v[u]);
-            }
-        }
-    }
-    cchan_block_sync();
-    if (b->tid == 0) {
-        cchan_fence_acq_rel_sys();
-        for (int r = 0; r < N; r++)
-            if (sent_here[r]) cchan_fetch_add_relaxed_dev_u64(&d->sent[r], (uint64_t)sent_here[r]);
-    }
-    cchan_block_sync();
-    return st;
 }
 
-/* One block per destination publishes its counter once every block's rows are fenced. */
-CCHAN_DEVICE_INLINE int moe_ht_dispatch_publish(const moe_dev_t *d, const moe_op_t *op,
-                                                moe_block_t *b, uint32_t epoch) {
-    const int N = d->nranks;
-    int st = CCHAN_OK;
-    for (int r = (int)b->block; r < N; r += (int)b->nblocks)
+CCHAN_DEVICE_INLINE int moe_ht_dispatch_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
+                                             uint32_t epoch) {
+    if (!moe_ht_is_sender(d->ht_senders, b)) return CCHAN_OK;
+    const int N = d->nranks, C = d->ht_chunks, S = moe_ht_nsenders(d->ht_senders, b);
+    const int T = op->num_tokens;
+    int st = moe_wait_acks(d, b, epoch);
+    /* staged: the receive may run after the caller has reused x, so own rows go now */
+    const uint32_t ranks = (op->phases & MOE_PHASE_RECV) ? ~(1u << d->rank) : ~0u;
+    for (int c = (b->nblocks <= 1 ? 0 : (int)b->block); c < C; c += S) {
+        int tlo, thi;
+        moe_chunk_range(T, c, C, &tlo, &thi);
+        moe_ht_send_tokens(d, op, b, epoch, tlo, thi, ranks);
+        cchan_block_sync();
         if (b->tid == 0) {
-            int s = moe_ht_publish(d, r, (uint64_t)op->h_mat[d->rank * N + r], d->off_dcnt,
-                                   ((uint64_t)epoch << 32) | 1u, epoch);
-            if (s != CCHAN_OK) st = s;
+            cchan_fence_acq_rel_sys();
+            for (int r = 0; r < N; r++) {
+                if (r == d->rank) continue;
+                uint64_t *f = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_hflag);
+                f[N * C + d->rank * C + c] = moe_ht_chunk_desc(op, d->rank, N, r, tlo, thi);
+                cchan_store_release_sys_u64(&f[d->rank * C + c], epoch);
+            }
         }
+    }
     cchan_block_sync();
     return st;
-}
-
-/* Source rank of received row i: rows of rank s start at the sum of earlier ranks' counts. */
-CCHAN_DEVICE_INLINE int moe_ht_row_source(const moe_dev_t *d, const int32_t *mat, int i) {
-    int base = 0;
-    for (int s = 0; s < d->nranks; s++) {
-        base += mat[s * d->nranks + d->rank];
-        if (i < base) return s;
-    }
-    return d->nranks - 1;
 }
 
 CCHAN_DEVICE_INLINE int moe_ht_dispatch_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
                                              uint32_t epoch) {
-    const int N = d->nranks, K = d->top_k, H = d->hidden, L = d->local_experts;
-    const int nv = H / 8, RW = MOE_HT_ROUTE_WORDS(K);
+    int R;
+    const int j = moe_ht_receiver(d->ht_senders, b, &R);
+    if (j < 0) return CCHAN_OK;
+    const int N = d->nranks, C = d->ht_chunks, K = d->top_k, H = d->hidden, T = op->num_tokens;
+    const int RW = MOE_HT_ROUTE_WORDS(K), nv = H / 8, L = d->local_experts;
     const uint64_t row_bytes = (uint64_t)H * 2;
     uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *c = (const uint64_t *)(const void *)(mine + d->off_dcnt);
+    const uint64_t *f = (const uint64_t *)(const void *)(mine + d->off_hflag);
     int st = CCHAN_OK;
-    for (int r = (int)b->tid; r < N; r += (int)b->nthreads) {
-        int s = cchan_wait_geq_u64(&c[r], (uint64_t)epoch << 32, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-        if (s != CCHAN_OK) st = s;
-    }
-    cchan_block_sync();
-    const int rows = op->ht_rows;
-    int lo, hi;
-    moe_range(rows, b, &lo, &hi);
+    if (op->phases & MOE_PHASE_SEND) /* own rows first: nothing to wait for */
+        for (int c = j; c < C; c += R) {
+            int tlo, thi;
+            moe_chunk_range(T, c, C, &tlo, &thi);
+            moe_ht_send_tokens(d, op, b, epoch, tlo, thi, 1u << d->rank);
+        }
+    int32_t *desc = b->misc; /* the chunk's first row and row count */
     const int32_t *route = (const int32_t *)(const void *)(mine + d->off_route);
-    for (int i = lo + (int)b->tid; i < hi; i += (int)b->nthreads) {
-        const int32_t *rr = route + (int64_t)i * RW;
-        op->h_src[i] = ((uint32_t)moe_ht_row_source(d, op->h_mat, i) << 24) | (uint32_t)rr[0];
-        for (int k = 0; k < K; k++) {
-            if (op->out_route) op->out_route[(int64_t)i * K + k] = rr[1 + k];
-            if (op->out_weights)
-                op->out_weights[(int64_t)i * K + k] = cchan_f32_from_bits((uint32_t)rr[1 + K + k]);
-        }
-    }
-    /* the peers' rows to the output (this rank's own rows are there already) */
-    const int self0 = op->h_base[d->rank], self1 = self0 + op->h_mat[d->rank * N + d->rank];
-    for (int part = 0; part < 2; part++) {
-        const int a = part ? (lo > self1 ? lo : self1) : lo;
-        const int z = part ? hi : (hi < self0 ? hi : self0);
-        if (a >= z) continue;
-        const int64_t total = (int64_t)(z - a) * nv;
-        const uint8_t *src = mine + d->off_disp + (uint64_t)a * row_bytes;
-        uint8_t *dst = (uint8_t *)op->out + (uint64_t)a * row_bytes;
-        const int64_t step = (int64_t)b->nthreads * MOE_HT_UNROLL;
-        for (int64_t j0 = b->tid; j0 < total; j0 += step) {
-            moe_w4_t v[MOE_HT_UNROLL];
-            for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                int64_t j = j0 + (int64_t)u * b->nthreads;
-                if (j < total) v[u] = moe_load16(src + (uint64_t)j * 16);
+    for (int c = j; c < C; c += R)
+        for (int s = 0; s < N; s++) {
+            if (s == d->rank) continue;
+            if (b->tid == 0) {
+                int s2 = cchan_wait_geq_u64(&f[s * C + c], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
+                if (s2 != CCHAN_OK) st = s2;
+                const uint64_t dv = f[N * C + s * C + c];
+                op->h_chunk[s * C + c] = dv;
+                desc[0] = (int32_t)(uint32_t)dv;
+                desc[1] = (int32_t)(dv >> 32);
             }
-            for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                int64_t j = j0 + (int64_t)u * b->nthreads;
-                if (j < total) moe_store16(dst + (uint64_t)j * 16, v[u]);
+            cchan_block_sync();
+            const int lo = desc[0], n = desc[1];
+            const int64_t total = (int64_t)n * nv;
+            const uint8_t *src = mine + d->off_disp + (uint64_t)lo * row_bytes;
+            uint8_t *dst = (uint8_t *)op->out + (uint64_t)lo * row_bytes;
+            for (int64_t j0 = b->tid; j0 < total; j0 += (int64_t)b->nthreads * MOE_HT_UNROLL) {
+                moe_w4_t v[MOE_HT_UNROLL];
+                for (int u = 0; u < MOE_HT_UNROLL; u++) {
+                    int64_t i = j0 + (int64_t)u * b->nthreads;
+                    if (i < total) v[u] = moe_load16(src + (uint64_t)i * 16);
+                }
+                for (int u = 0; u < MOE_HT_UNROLL; u++) {
+                    int64_t i = j0 + (int64_t)u * b->nthreads;
+                    if (i < total) moe_store16(dst + (uint64_t)i * 16, v[u]);
+                }
             }
+            for (int i = lo + (int)b->tid; i < lo + n; i += (int)b->nthreads) {
+                const int32_t *rr = route + (int64_t)i * RW;
+                op->h_src[i] = ((uint32_t)s << 24) | (uint32_t)rr[0];
+                for (int k = 0; k < K; k++) {
+                    if (op->out_route) op->out_route[(int64_t)i * K + k] = rr[1 + k];
+                    if (op->out_weights)
+                        op->out_weights[(int64_t)i * K + k] =
+                            cchan_f32_from_bits((uint32_t)rr[1 + K + k]);
+                }
+            }
+            cchan_block_sync();
         }
-    }
-    if (b->block == 0 && op->out_counts)
+    if (j == 0 && op->out_counts)
         for (int e = (int)b->tid; e < L; e += (int)b->nthreads) op->out_counts[e] = op->h_counts[e];
     cchan_block_sync();
     return st;
 }
 
-/* Each received row back to its token's rank, at (this rank, token) of that rank's combine area.
- * Rows of this rank's own tokens stay where they are: the reduction reads them from expert_out. */
 CCHAN_DEVICE_INLINE int moe_ht_combine_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
                                             uint32_t epoch) {
-    const int N = d->nranks, H = d->hidden, B = d->max_tokens, nv = H / 8;
+    if (!moe_ht_is_sender(d->ht_csenders, b)) return CCHAN_OK;
+    const int N = d->nranks, C = d->ht_chunks, S = moe_ht_nsenders(d->ht_csenders, b);
+    const int H = d->hidden, B = d->max_tokens, nv = H / 8, Q = d->ht_csub;
     const uint64_t row_bytes = (uint64_t)H * 2;
+    int lane, warp, nw, width;
+    moe_warps(b, &lane, &warp, &nw, &width);
     int st = moe_wait_acks(d, b, epoch);
-    const int rows = op->ht_rows;
-    int lo, hi;
-    moe_range(rows, b, &lo, &hi);
-    int32_t *sent_here = b->misc;
-    for (int r = (int)b->tid; r < N; r += (int)b->nthreads) sent_here[r] = 0;
-    cchan_block_sync();
-    for (int i = lo + (int)b->tid; i < hi; i += (int)b->nthreads)
-        moe_smem_add(&sent_here[op->h_src[i] >> 24], 1);
-    const int self0 = op->h_base[d->rank], self1 = self0 + op->h_mat[d->rank * N + d->rank];
-    for (int part = 0; part < 2; part++) {
-        const int a = part ? (lo > self1 ? lo : self1) : lo;
-        const int z = part ? hi : (hi < self0 ? hi : self0);
-        if (a >= z) continue;
-        const int64_t total = (int64_t)(z - a) * nv;
-        const int64_t step = (int64_t)b->nthreads * MOE_HT_UNROLL;
-        for (int64_t j0 = b->tid; j0 < total; j0 += step) {
-            moe_w4_t v[MOE_HT_UNROLL];
-            for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                int64_t j = j0 + (int64_t)u * b->nthreads;
-                if (j < total)
-                    v[u] = moe_load16((const uint8_t *)op->x + (uint64_t)a * row_bytes +
-                                      (uint64_t)j * 16);
+    for (int c = (b->nblocks <= 1 ? 0 : (int)b->block); c < C; c += S)
+        for (int q = 0; q < Q; q++) { /* a chunk in Q parts, each followed by a progress flag */
+            for (int s = 0; s < N; s++) {
+                if (s == d->rank) continue;
+                const uint64_t desc = op->h_chunk[s * C + c];
+                const int lo = (int)(uint32_t)desc, n = (int)(desc >> 32);
+                const int a = lo + (int)((int64_t)n * q / Q),
+                          z = lo + (int)((int64_t)n * (q + 1) / Q);
+                uint8_t *area =
+                    moe_parity(d, s, epoch) + d->off_comb + (uint64_t)d->rank * B * row_bytes;
+                for (int i = a + warp; i < z; i += nw) {
+                    uint8_t *dst = area + (uint64_t)(op->h_src[i] & 0xffffffu) * row_bytes;
+                    moe_warp_copy_row(&dst, 1, (const uint8_t *)op->x + (uint64_t)i * row_bytes, nv,
+                                      lane, width);
+                }
             }
-            for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                int64_t j = j0 + (int64_t)u * b->nthreads;
-                if (j >= total) break;
-                int i = a + (int)(j / nv), c = (int)(j % nv);
-                uint32_t info = op->h_src[i];
-                int s = (int)(info >> 24), t = (int)(info & 0xffffffu);
-                moe_store16(moe_parity(d, s, epoch) + d->off_comb +
-                                ((uint64_t)d->rank * B + t) * row_bytes + (uint64_t)c * 16,
-                            v[u]);
-            }
-        }
-    }
-    cchan_block_sync();
-    if (b->tid == 0) {
-        cchan_fence_acq_rel_sys();
-        for (int r = 0; r < N; r++)
-            if (sent_here[r]) cchan_fetch_add_relaxed_dev_u64(&d->sent[r], (uint64_t)sent_here[r]);
-    }
-    cchan_block_sync();
-    return st;
-}
-
-CCHAN_DEVICE_INLINE int moe_ht_combine_publish(const moe_dev_t *d, const moe_op_t *op,
-                                               moe_block_t *b, uint32_t epoch) {
-    const int N = d->nranks;
-    int st = CCHAN_OK;
-    for (int s = (int)b->block; s < N; s += (int)b->nblocks)
-        if (b->tid == 0) {
-            int s2 = moe_ht_publish(d, s, (uint64_t)op->h_mat[s * N + d->rank], d->off_ccnt, epoch,
-                                    epoch);
-            if (s2 != CCHAN_OK) st = s2;
-        }
-    cchan_block_sync();
-    return st;
-}
-
-/* out[t] = sum over the ranks the token went to (in rank order) of their rows, f32, bf16 once. */
-CCHAN_DEVICE_INLINE int moe_ht_combine_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                            uint32_t epoch) {
-    const int N = d->nranks, H = d->hidden, B = d->max_tokens, nv = H / 8, T = op->num_tokens;
-    const uint64_t row_bytes = (uint64_t)H * 2;
-    uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *c = (const uint64_t *)(const void *)(mine + d->off_ccnt);
-    int st = CCHAN_OK;
-    for (int r = (int)b->tid; r < N; r += (int)b->nthreads) {
-        int s = cchan_wait_geq_u64(&c[r], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-        if (s != CCHAN_OK) st = s;
-    }
-    cchan_block_sync();
-    int lo, hi;
-    moe_range(T, b, &lo, &hi);
-    const int64_t total = (int64_t)(hi - lo) * nv;
-    const int64_t step = (int64_t)b->nthreads * MOE_HT_REDUCE_UNROLL;
-    for (int64_t j0 = b->tid; j0 < total; j0 += step) {
-        float acc[MOE_HT_REDUCE_UNROLL][8];
-        for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++)
-            for (int i = 0; i < 8; i++) acc[u][i] = 0.f;
-        for (int r = 0; r < N; r++) {
-            moe_w4_t x[MOE_HT_REDUCE_UNROLL];
-            uint32_t on = 0;
-            for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
-                int64_t j = j0 + (int64_t)u * b->nthreads;
-                if (j >= total) break;
-                int t = lo + (int)(j / nv), v = (int)(j % nv);
-                if (!((op->h_mask[t] >> r) & 1u)) continue;
-                on |= 1u << u;
-                const uint8_t *row =
-                    r == d->rank
-                        ? (const uint8_t *)op->x +
-                              (uint64_t)(op->h_base[r] + op->h_slot[(int64_t)t * N + r]) * row_bytes
-                        : mine + d->off_comb + ((uint64_t)r * B + t) * row_bytes;
-                x[u] = moe_load16(row + (uint64_t)v * 16);
-            }
-            for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
-                if (!((on >> u) & 1u)) continue;
-                for (int i = 0; i < 4; i++) {
-                    acc[u][2 * i] += moe_bf16_lo(x[u].w[i]);
-                    acc[u][2 * i + 1] += moe_bf16_hi(x[u].w[i]);
+            cchan_block_sync();
+            if (b->tid == 0) {
+                cchan_fence_acq_rel_sys();
+                for (int s = 0; s < N; s++) {
+                    if (s == d->rank) continue;
+                    /* every row of a token below the progress value has landed */
+                    uint32_t done = 0xffffffffu;
+                    if (q < Q - 1) {
+                        const uint64_t desc = op->h_chunk[s * C + c];
+                        const int lo = (int)(uint32_t)desc, n = (int)(desc >> 32);
+                        const int z = lo + (int)((int64_t)n * (q + 1) / Q);
+                        done = z > lo ? (op->h_src[z - 1] & 0xffffffu) + 1u : 0u;
+                    }
+                    uint64_t *f = (uint64_t *)(void *)(moe_parity(d, s, epoch) + d->off_hflag);
+                    cchan_store_release_sys_u64(&f[2 * N * C + d->rank * C + c],
+                                                ((uint64_t)epoch << 32) | done);
                 }
             }
         }
-        for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
-            int64_t j = j0 + (int64_t)u * b->nthreads;
-            if (j >= total) break;
-            int t = lo + (int)(j / nv), v = (int)(j % nv);
-            moe_w4_t o;
-            for (int i = 0; i < 4; i++)
-                o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[u][2 * i]).bits |
-                         ((uint32_t)cchan_f32_to_bf16(acc[u][2 * i + 1]).bits << 16);
-            moe_store16((uint16_t *)op->out + (int64_t)t * H + v * 8, o);
+    cchan_block_sync();
+    return st;
+}
+
+CCHAN_DEVICE_INLINE int moe_ht_combine_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
+                                            uint32_t epoch) {
+    int R;
+    const int j = moe_ht_receiver(d->ht_csenders, b, &R);
+    if (j < 0) return CCHAN_OK;
+    const int N = d->nranks, C = d->ht_chunks, H = d->hidden, B = d->max_tokens, nv = H / 8;
+    const int T = op->num_tokens;
+    const uint64_t row_bytes = (uint64_t)H * 2;
+    const uint8_t *mine = moe_parity(d, d->rank, epoch);
+    const uint64_t *f = (const uint64_t *)(const void *)(mine + d->off_hflag);
+    int lane, warp, nw, width;
+    moe_warps(b, &lane, &warp, &nw, &width);
+    int st = CCHAN_OK;
+    for (int c = j; c < C; c += R) {
+        int tlo, thi;
+        moe_chunk_range(T, c, C, &tlo, &thi);
+        for (int g0 = tlo; g0 < thi; g0 += nw) { /* a token per warp, once its rows are in */
+            const int g1 = g0 + nw < thi ? g0 + nw : thi;
+            for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
+                if (r != d->rank) {
+                    int s = cchan_wait_geq_u64(&f[2 * N * C + r * C + c],
+                                               ((uint64_t)epoch << 32) | (uint32_t)g1, &d->ctl,
+                                               CCHAN_WAIT_SEMAPHORE);
+                    if (s != CCHAN_OK) st = s;
+                }
+            cchan_block_sync();
+            const int t = g0 + warp;
+            if (t < g1) {
+                const uint32_t m = op->h_mask[t];
+                const uint8_t *src[MOE_MAX_RANKS];
+                int nd = 0;
+                for (int r = 0; r < N; r++) {
+                    if (!((m >> r) & 1u)) continue;
+                    src[nd++] =
+                        r == d->rank
+                            ? (const uint8_t *)op->x +
+                                  (uint64_t)(op->h_base[r] + op->h_slot[(int64_t)t * N + r]) *
+                                      row_bytes
+                            : mine + d->off_comb + ((uint64_t)r * B + t) * row_bytes;
+                }
+                uint8_t *out = (uint8_t *)op->out + (uint64_t)t * row_bytes;
+                for (int v0 = lane; v0 < nv; v0 += width * MOE_HT_REDUCE_UNROLL) {
+                    float acc[MOE_HT_REDUCE_UNROLL][8];
+                    for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++)
+                        for (int i = 0; i < 8; i++) acc[u][i] = 0.f;
+                    for (int q = 0; q < nd; q++) {
+                        moe_w4_t x[MOE_HT_REDUCE_UNROLL];
+                        for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
+                            const int v = v0 + u * width;
+                            if (v < nv) x[u] = moe_load16(src[q] + (uint64_t)v * 16);
+                        }
+                        for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
+                            if (v0 + u * width >= nv) break;
+                            for (int i = 0; i < 4; i++) {
+                                acc[u][2 * i] += moe_bf16_lo(x[u].w[i]);
+                                acc[u][2 * i + 1] += moe_bf16_hi(x[u].w[i]);
+                            }
+                        }
+                    }
+                    for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
+                        const int v = v0 + u * width;
+                        if (v >= nv) break;
+                        moe_w4_t o;
+                        for (int i = 0; i < 4; i++)
+                            o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[u][2 * i]).bits |
+                                     ((uint32_t)cchan_f32_to_bf16(acc[u][2 * i + 1]).bits << 16);
+                        moe_store16(out + (uint64_t)v * 16, o);
+                    }
+                }
+            }
+            cchan_block_sync();
         }
     }
     cchan_block_sync();

@@ -9,26 +9,37 @@
  * One parity, low-latency (LL) mode, N ranks, E experts (L = E / N per rank), B = max tokens per
  * rank, K = top-k, H = hidden:
  *
+ *   acks               u64 [N]         rank r has consumed this parity up to epoch (moe_wait_acks)
  *   dispatch counters  u64 [L][N]      (e, r): rank r's count for my local expert e
- *   combine counters   u64 [E]         global expert e: its owner has sent its outputs back to me
- *   dispatch region    [N][B] slots of MOE_SLOT bytes: rank r's messages, in r's token order
- *   combine region     [B][K] rows of 2H bytes: the output of my token t's k-th expert
+ *   combine flags      u64 [N][B]      (r, t): rank r's partial sum for my token t has landed
+ *                      (ll_reduce=0: u64 [E], global expert e has sent its outputs back to me)
+ *   weight counters    u64 [N]         rank r's router weights have landed
+ *   weights            f32 [N][B][K]   rank r's router weights of its token t (ll_reduce only)
+ *   dispatch region    [N][B] slots of header + 2H bytes: rank r's messages, in r's token order
+ *   combine region     [N][B] rows of H floats: rank r's weighted sum over its experts of my token
+ *                      t (ll_reduce=0: [B][K] rows of 2H bytes, my token t's k-th expert output)
  *
  * The dispatch region is O(N·B·P) because a token travels once per destination rank (its header
- * names its experts), not once per expert; the combine region is O(B·K·P) because each of a token's
- * top-k results has a fixed row (t·K + k). DeepEP's layout is O(E·B·P) for each.
+ * names its experts), not once per expert; the combine region is O(N·B·H) because each rank
+ * returns one partial sum per token. DeepEP's layout is O(E·B·P) for each.
  *
  * Counters are overwritten, never reset: a dispatch counter holds
  *   epoch << 32 | tokens r sent me (n_r) << 16 | tokens of those routed to e (m)
- * and a combine counter holds the epoch. A counter of parity p only ever sees epochs of parity p,
- * in increasing order, so "value >= epoch << 32" (a cchan wait) means "written by this operation".
+ * and the other counters and flags hold the epoch. A counter of parity p only ever sees epochs of
+ * parity p, in increasing order, so "value >= epoch << 32" (a cchan wait) means "written by this
+ * operation".
  *
- * High-throughput (HT) mode, same parity structure, no headers:
- *   dispatch counters  u64 [N]         (src r): epoch << 32 | 1, rank r's rows have landed
- *   combine counters   u64 [N]         (expert rank r): epoch, rank r's combine rows have landed
- *   count slots        u64 [N]         rank r's token count for me in this handle (handle creation)
+ * High-throughput (HT) mode, same parity structure, no headers, C chunks per rank's tokens:
+ *   acks               u64 [N]
+ *   count flags        u64 [N]         (src r): epoch << 32 | 1, rank r's counts have landed
+ *   dispatch flags     u64 [N][C]      (src r, chunk c): epoch, its rows and route rows landed
+ *   chunk descriptors  u64 [N][C]      first row | rows << 32 of that chunk here
+ *   combine progress   u64 [N][C]      (expert rank r, chunk c): epoch << 32 | every row of my
+ *                                      tokens below this value has landed (0xffffffff: all)
+ *   count slots        i32 [N][N] + [N][L]  token counts per (src, dst) and per expert
+ *   route region       [N·B] rows of 1 + 2K int32 (padded to 16 bytes): token, local expert ids
+ *                      (-1: not mine), weights
  *   dispatch region    [N·B] rows of 2H bytes: 2D output, rows of rank 0 first, then rank 1, ...
- *   route region       [N·B][K] int32 local expert ids (-1: not mine) + [N·B][K] float weights
  *   combine region     [N][B] rows of 2H bytes: rank r's result for my token t at (r, t)
  */
 #ifndef CCHAN_MOE_WIRE_H
@@ -36,13 +47,14 @@
 
 #include "cchan/arch/arch.h"
 
-#define MOE_WIRE_VERSION 1
+#define MOE_WIRE_VERSION 2
 #define MOE_MAX_RANKS 8
 #define MOE_MAX_TOPK 16
 #define MOE_LL_MAX_TOKENS 4096  /* the per-rank slot index and counts fit 16 bits */
 #define MOE_HT_MAX_TOKENS 65535 /* slots are 16-bit */
 #define MOE_SCALE_BLOCK 128     /* FP8: one float scale per 128 channels */
 #define MOE_ALIGN 128
+#define MOE_HT_MAX_CHUNKS 1024 /* HT: chunks per rank's tokens */
 
 /* A dispatch message: header, then the token's data (bf16: 2H bytes; fp8: H bytes then H/128 float
  * scales). Experts not on the receiving rank are listed too (the receiver skips them). */

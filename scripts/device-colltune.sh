@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build:
+#   1. test_coll_gpu, every correctness and graph case (CE all-pairs with several parameter sets,
+#      the zero-copy AllReduce with a larger grid, and every other algorithm: every op x dtype x
+#      size 1 KiB..1 GiB, odd counts, in/out of place, graph replays)
+#   2. cchan-coll-bench sweeps of cchan_coll's tuning parameters (--sweep, -T), NCCL measured in
+#      the same run: CE all-pairs AllReduce (chunk, SM share, lanes) and AllGather (SM share,
+#      lanes, local copy by a copy engine) at 256 MiB and 1 GiB, HB at the same sizes; CE and HB
+#      at 4..64 MiB with checks; LL and zero-copy (two block sizes) at 128 KiB..2 MiB in CUDA
+#      graphs. The values passed with -T are no longer the defaults everywhere: the header line
+#      of every step prints what ran.
+# Logs under $OUT/colltune; a compact table of every row is printed last.
+#
+#   scripts/device-colltune.sh            (from anywhere in the repository)
+#
+# Environment: OUT (default /tmp), BUILD (default build-colltune-dev), BUDGET (seconds, 145).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-/tmp}
+BUILD=${BUILD:-build-colltune-dev}
+BUDGET=${BUDGET:-145}
+LOG=$OUT/colltune
+mkdir -p "$LOG"
+export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
+unset CCHAN_NVLS
+export CCHAN_TIMEOUT_MS=${CCHAN_TIMEOUT_MS:-20000} # a lost signal traps instead of hanging
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+T0=$(date +%s)
+el() { echo $(($(date +%s) - T0)); }
+say() { echo "[colltune +$(el)s] $*"; }
+say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' + local changes')"
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$LOG/machine.log" 2>&1
+
+mode=cmake
+if ! cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES=90 -DCCHAN_REQUIRE_CMOCKA=OFF \
+    -DCMAKE_BUILD_TYPE=Release > "$LOG/configure.log" 2>&1; then
+    mode=manual
+    cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES=90 -DCCHAN_BUILD_TESTS=OFF \
+        -DCMAKE_BUILD_TYPE=Release >> "$LOG/configure.log" 2>&1 ||
+        { tail -5 "$LOG/configure.log"; echo "SUMMARY colltune: configure FAILED"; exit 2; }
+fi
+targets="cchan-run cchan_coll cchan-coll-bench"
+[ $mode = cmake ] && targets="$targets test_coll_gpu"
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j"$(nproc)" --target $targets > "$LOG/build.log" 2>&1 ||
+    { grep -E "error" "$LOG/build.log" | head -20; echo "SUMMARY colltune: build FAILED"; exit 2; }
+TEST="$BUILD/test/gpu/test_coll_gpu"
+if [ $mode = manual ]; then
+    libdir=$(cd "$(dirname "$(find "$BUILD" -maxdepth 3 -name libcchan.so | head -1)")" && pwd)
+    coll=$(find "$BUILD" -name libcchan_coll.a | head -1)
+    TEST="$BUILD/test_coll_gpu"
+    nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -Itest/gpu -Ikernels/examples/coll \
+        test/gpu/test_coll_gpu.cu -o "$TEST" "$coll" -L"$libdir" -lcchan -Xlinker -rpath="$libdir" \
+        -lpthread >> "$LOG/build.log" 2>&1 || { tail -5 "$LOG/build.log"; TEST=false; }
+fi
+RUN=$(find "$BUILD" -maxdepth 3 -type f -name cchan-run -perm -u+x | head -1)
+BENCH=$(find "$BUILD" -type f -name cchan-coll-bench -perm -u+x | head -1)
+say "built ($mode)"
+
+declare -a STEPS=()
+declare -A RC=()
+# step NAME TIMEOUT ARGS...: skipped when the budget would be exceeded
+step() {
+    local name=$1 to=$2
+    shift 2
+    local left=$((BUDGET - $(el)))
+    if [ "$left" -lt 8 ]; then
+        RC[$name]=skipped
+        STEPS+=("$name")
+        return
+    fi
+    [ "$to" -gt "$left" ] && to=$left
+    local json=()
+    [ "$1" = "$BENCH" ] && json=(-J "$LOG/$name.json")
+    timeout $((to + 5)) "$RUN" -n 2 --timeout "$to" "$@" ${json[@]+"${json[@]}"} > "$LOG/$name.log" 2>&1
+    RC[$name]=$?
+    STEPS+=("$name")
+    say "$name: exit ${RC[$name]}"
+}
+B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
+# the parameters of the run that chose the defaults (device run 4, 2026-11-22 06:13 UTC)
+L=(-b 256M -e 1G -f 4 "${B[@]}" -T ce_sm_permille=0 -T ce_local=0 -T ce_chunk=32M)
+step test 60 "$TEST" --case correct_ce,correct_zc_blocks,graph_ce,correct_ll,correct_hb,correct_zc,correct_auto,correct_switch,graph_replay,correct_ring,graph_ring
+step ar_chunk 10 "$BENCH" -o allreduce -a ce "${L[@]}" --sweep ce_chunk=8M,16M,32M,64M
+step ar_sm 10 "$BENCH" -o allreduce -a ce "${L[@]}" --sweep ce_sm_permille=0,100,200,300,400
+step ar_sm_l4 10 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_lanes=4 --sweep ce_sm_permille=0,200,400
+step ar_sm_c16 10 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_chunk=16M --sweep ce_sm_permille=0,200,400
+step hb_large 10 "$BENCH" -o allreduce -o allgather -a hb "${L[@]}"
+step ag_sm 10 "$BENCH" -o allgather -a ce "${L[@]}" --sweep ce_sm_permille=400,450,500,550,600,700
+step ag_sm_l4 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_lanes=4 --sweep ce_sm_permille=400,500,600,700
+step ag_sm_l2 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_lanes=2 --sweep ce_sm_permille=400,500,600
+step ag_local 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_local=1 --sweep ce_sm_permille=400,500,600
+step ag_local_l4 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_local=1 -T ce_lanes=4 --sweep ce_sm_permille=500,600
+M=(-b 4M -e 64M -f 4 -n 10 -w 2 -r 3 -T ce_sm_permille=0 -T ce_local=0 -T ce_chunk=32M)
+step ar_mid 12 "$BENCH" -o allreduce -a ce "${M[@]}" --sweep ce_chunk=2M,4M,8M,32M
+step ag_mid 10 "$BENCH" -o allgather -a ce "${M[@]}" --sweep ce_sm_permille=0,400,600
+step hb_mid 10 "$BENCH" -o allreduce -o allgather -a hb "${M[@]}"
+S=(-o allreduce -b 128K -e 2M -f 2 -G 10 -n 20 -w 3)
+step ll_small 10 "$BENCH" "${S[@]}" -a ll
+step hb_small 10 "$BENCH" "${S[@]}" -a hb --sweep zc_block_bytes=8K,32K
+
+echo "== test_coll_gpu"
+grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30
+echo "== bench rows: op size algo | cchan us oop ip | busbw(best) | NCCL default sym best | speedup"
+for s in "${STEPS[@]}"; do
+    [ "$s" = test ] && continue
+    echo "--- $s (exit ${RC[$s]})"
+    grep -E "^# cchan_coll parameters|^# NCCL|no NCCL|Wrong elements : [1-9]|ERROR|error|trap" \
+        "$LOG/$s.log" | grep -v "^# NCCL symmetric" | head -4
+    awk '/^# [a-z]+, (float|half|bfloat16)/ {op=$2}
+         /^ +[0-9]+ +[0-9]+ +(float|half|bfloat16) / {
+            n=NF; if ($n=="graph") n--;
+            algo=$4; for (i=5; i<=n-12; i++) algo=algo" "$i;
+            printf "%s %s %s | %s %s | %s | %s %s %s | %s%s\n", op, $1, algo, $(n-11), $(n-7),
+                   ($(n-9)>$(n-5) ? $(n-9) : $(n-5)), $(n-3), $(n-2), $(n-1), $n,
+                   (($(n-8)!="0" && $(n-8)!="N/A") || ($(n-4)!="0" && $(n-4)!="N/A")) ? " WRONG" : ""
+         }' "$LOG/$s.log"
+done
+fails=0
+for s in "${STEPS[@]}"; do [ "${RC[$s]}" = 0 ] || fails=$((fails + 1)); done
+echo "SUMMARY colltune: $(el) s, ${#STEPS[@]} steps, $fails not ok ($(for s in "${STEPS[@]}"; do printf '%s=%s ' "$s" "${RC[$s]}"; done))"
