@@ -214,6 +214,7 @@ __global__ void k_port_put(const __grid_constant__ cchan_port_channel_t ch, uint
  * two over the whole run, so that the harness adds next to nothing to each round trip. */
 
 extern __shared__ uint64_t cb_sts[];
+#define CB_CAL_BYTES (4 * sizeof(uint64_t))
 __shared__ uint64_t cb_cal[4]; /* globaltimer and clock64 at the first stamp, then at the last */
 
 /* Stamp i (0 <= i <= rec) marks the start of timed round trip i; stamp rec is taken after the loop
@@ -803,6 +804,7 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
     free(names);
     int optin = 0;
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, g->dev));
+    optin -= (int)CB_CAL_BYTES; /* the stamping kernels' static shared memory (cb_cal) */
     g->rec_cap = optin / (int)sizeof(uint64_t) - 2;
     CK(cudaFuncSetAttribute(k_sem_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CK(cudaFuncSetAttribute(k_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
