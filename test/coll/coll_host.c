@@ -360,6 +360,32 @@ int main(int argc, char **argv) {
         CHECK(cchan_mem_destroy(ma));
         CHECK(cchan_mem_destroy(mb));
     }
+    /* Register, run the port ring, deregister, free, again: the port channels a registration made
+     * outlive it (they live as long as the proxy), and a new registration must neither collide
+     * with them (a semaphore with a second writer) nor leave them pointing at freed memory. */
+    for (int k = 0; k < 3 && g_nranks > 1; k++) {
+        size_t count = 1031, bytes = (count * (size_t)g_nranks + GUARD) * 4;
+        cchan_mem_t *ma, *mb;
+        CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
+        CHECK(cchan_mem_alloc(comm, bytes, 0, &mb));
+        g_reg_a = (uint8_t *)cchan_mem_ptr(ma);
+        g_reg_b = (uint8_t *)cchan_mem_ptr(mb);
+        int ra = cchan_coll_register(coll, g_reg_a, bytes);
+        EXPECT(ra == 0, "registration %d after deregistrations: '%s'", k, cchan_coll_last_error());
+        int rb = ra == 0 ? cchan_coll_register(coll, g_reg_b, bytes) : -1;
+        EXPECT(rb == 0, "second registration %d: '%s'", k, cchan_coll_last_error());
+        if (ra == 0 && rb == 0) {
+            EXPECT(run_case(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_PORT_RING, CCHAN_COLL_F32, count,
+                            k & 1, seed++),
+                   "port ring on re-registered buffers");
+            ran++;
+        }
+        if (ra == 0) CHECK(cchan_coll_deregister(coll, g_reg_a));
+        if (rb == 0) CHECK(cchan_coll_deregister(coll, g_reg_b));
+        g_reg_a = g_reg_b = NULL;
+        CHECK(cchan_mem_destroy(ma));
+        CHECK(cchan_mem_destroy(mb));
+    }
     CHECK(cchan_coll_destroy(coll));
 
     int verdicts[64] = {0}, mine = g_failures;

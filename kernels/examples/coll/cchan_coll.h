@@ -40,12 +40,12 @@ typedef enum cchan_coll_op {
 } cchan_coll_op_t;
 
 typedef enum cchan_coll_algo {
-    CCHAN_COLL_AUTO = 0,         /* the size-based selector (cchan_coll_select) */
-    CCHAN_COLL_LL_ALLPAIRS = 1,  /* one phase, LL packets on memory channels (small messages) */
-    CCHAN_COLL_HB_ALLPAIRS = 2,  /* two phase all-pairs, HB memory channels */
-    CCHAN_COLL_SWITCH = 3,       /* two phase on switch channels (portable path unless NVLS opt-in) */
-    CCHAN_COLL_PORT_RING = 4,    /* ring on port channels, reduction overlapped with the DMA */
-    CCHAN_COLL_CE_ALLPAIRS = 5,  /* copy engines write the peers' outputs, SMs reduce (large) */
+    CCHAN_COLL_AUTO = 0,        /* the size-based selector (cchan_coll_select) */
+    CCHAN_COLL_LL_ALLPAIRS = 1, /* one phase, LL packets on memory channels (small messages) */
+    CCHAN_COLL_HB_ALLPAIRS = 2, /* two phase all-pairs, HB memory channels */
+    CCHAN_COLL_SWITCH = 3,    /* two phase on switch channels (portable path unless NVLS opt-in) */
+    CCHAN_COLL_PORT_RING = 4, /* ring on port channels, reduction overlapped with the DMA */
+    CCHAN_COLL_CE_ALLPAIRS = 5, /* copy engines write the peers' outputs, SMs reduce (large) */
     CCHAN_COLL_ALGO_COUNT = 6
 } cchan_coll_algo_t;
 
@@ -58,7 +58,7 @@ typedef struct cchan_coll_config {
     int max_blocks;       /* upper bound on blocks per collective kernel; 0: default */
 } cchan_coll_config_t;
 #define CCHAN_COLL_CONFIG_INIT                                                                     \
-    {sizeof(cchan_coll_config_t), CCHAN_COLL_CONFIG_MAGIC, CCHAN_VERSION_CODE, 0, 0}
+    { sizeof(cchan_coll_config_t), CCHAN_COLL_CONFIG_MAGIC, CCHAN_VERSION_CODE, 0, 0 }
 
 typedef struct cchan_coll cchan_coll_t;
 
@@ -68,7 +68,11 @@ int cchan_coll_destroy(cchan_coll_t *coll); /* collective */
 
 /* Collective: registers [ptr, ptr+bytes) of this rank for zero-copy use by later calls. */
 int cchan_coll_register(cchan_coll_t *coll, void *ptr, size_t bytes);
-int cchan_coll_deregister(cchan_coll_t *coll, void *ptr); /* collective */
+/* Collective: later calls stop using the buffer; the caller may free it once this returns. The
+ * PORT_RING port channels a registration made live as long as cchan_coll's proxy, so the
+ * semaphores and mappings they name (peers keep the buffer's pages mapped) are released by
+ * cchan_coll_destroy, not here. */
+int cchan_coll_deregister(cchan_coll_t *coll, void *ptr);
 
 /* recv[i] = sum over ranks of send[i], i < count. send == recv is in place. */
 int cchan_coll_allreduce(cchan_coll_t *coll, const void *send, void *recv, size_t count,

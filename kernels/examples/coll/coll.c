@@ -80,6 +80,7 @@ struct cchan_coll {
     int64_t param[COLL_PARAM_COUNT]; /* cchan_coll_set_param */
     coll_args_t base;                /* fields every call shares */
     coll_reg_t *regs;
+    coll_reg_t *retired; /* deregistered, but their PORT_RING channels still name them */
 };
 
 /* ------------------------------------------------------------------ errors */
@@ -284,6 +285,11 @@ static void coll_release(cchan_coll_t *c) {
     while (c->regs) {
         coll_reg_t *g = c->regs;
         c->regs = g->next;
+        coll_reg_free(c, g);
+    }
+    while (c->retired) {
+        coll_reg_t *g = c->retired;
+        c->retired = g->next;
         coll_reg_free(c, g);
     }
     coll_dev_free(c, c->credits_dev);
@@ -492,7 +498,12 @@ int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
         return coll_wrap(st, where, "cchan_mem_exchange");
     }
     if (c->nranks > 1 && (st = coll_ring_register(c, g)) < 0) {
-        coll_reg_free(c, g);
+        if (g->ring_sems) { /* channels made before the failure name it: keep it (deregister) */
+            g->next = c->retired;
+            c->retired = g;
+        } else {
+            coll_reg_free(c, g);
+        }
         return st;
     }
     g->next = c->regs;
@@ -511,7 +522,16 @@ int cchan_coll_deregister(cchan_coll_t *c, void *ptr) {
     *pp = g->next;
     /* Every rank is done with the buffer (its peers' channels and mappings) before it goes. */
     int st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
-    coll_reg_free(c, g);
+    if (g->ring_sems) {
+        /* Port channels live as long as their proxy: the PORT_RING channels made for this buffer
+         * keep naming its semaphores and mappings, so those stay until cchan_coll_destroy (freed
+         * now, a later registration could get the same semaphore addresses and be refused as a
+         * second writer, and the proxy would hold dangling pointers). */
+        g->next = c->retired;
+        c->retired = g;
+    } else {
+        coll_reg_free(c, g);
+    }
     if (st >= 0) st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
     return st < 0 ? coll_wrap(st, where, "cchan_bootstrap_barrier") : 0;
 }
