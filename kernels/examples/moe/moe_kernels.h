@@ -236,6 +236,14 @@ CCHAN_DEVICE_INLINE void moe_store16(void *p, moe_w4_t v) {
 #endif
     *(cchan_raw16_t *)p = r;
 }
+/* Rounds 8 floats to bf16 and stores them as one 16-byte vector. */
+CCHAN_DEVICE_INLINE void moe_store_bf16x8(void *p, const float *acc) {
+    moe_w4_t o;
+    for (int i = 0; i < 4; i++)
+        o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[2 * i]).bits |
+                 ((uint32_t)cchan_f32_to_bf16(acc[2 * i + 1]).bits << 16);
+    moe_store16(p, o);
+}
 
 /* Exclusive prefix of bit c of bits[i] over i < n, for columns c < ncols (<= MOE_MAX_RANKS):
  * prefix[i * ncols + c] (uint16, when prefix != NULL) and total[c]. Every thread of the block
@@ -675,11 +683,7 @@ CCHAN_DEVICE_INLINE int moe_ll_combine_recv(const moe_dev_t *d, const moe_op_t *
                     acc[2 * i + 1] += w * moe_bf16_hi(x.w[i]);
                 }
             }
-            moe_w4_t o;
-            for (int i = 0; i < 4; i++)
-                o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[2 * i]).bits |
-                         ((uint32_t)cchan_f32_to_bf16(acc[2 * i + 1]).bits << 16);
-            moe_store16(out + v * 8, o);
+            moe_store_bf16x8(out + v * 8, acc);
         }
         cchan_block_sync();
     }
@@ -858,11 +862,7 @@ CCHAN_DEVICE_INLINE int moe_ll_combine_recv_reduced(const moe_dev_t *d, const mo
                 }
                 for (int i = 0; i < 8; i++) acc[i] += p[i];
             }
-            moe_w4_t o;
-            for (int i = 0; i < 4; i++)
-                o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[2 * i]).bits |
-                         ((uint32_t)cchan_f32_to_bf16(acc[2 * i + 1]).bits << 16);
-            moe_store16(out + v * 8, o);
+            moe_store_bf16x8(out + v * 8, acc);
         }
         cchan_block_sync();
     }
@@ -1292,11 +1292,7 @@ CCHAN_DEVICE_INLINE int moe_ht_combine_recv(const moe_dev_t *d, const moe_op_t *
                     for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
                         const int v = v0 + u * width;
                         if (v >= nv) break;
-                        moe_w4_t o;
-                        for (int i = 0; i < 4; i++)
-                            o.w[i] = (uint32_t)cchan_f32_to_bf16(acc[u][2 * i]).bits |
-                                     ((uint32_t)cchan_f32_to_bf16(acc[u][2 * i + 1]).bits << 16);
-                        moe_store16(out + (uint64_t)v * 16, o);
+                        moe_store_bf16x8(out + (uint64_t)v * 16, acc[u]);
                     }
                 }
             }
