@@ -13,6 +13,7 @@
 # (NCCL_NVLS_ENABLE=0). Exit status 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu-ranks.sh
 BUILD=${BUILD:-build-collbench-dev}
 ARCH=${CUDA_ARCH:-90}
 JOBS=${JOBS:-$(nproc)}
@@ -76,7 +77,7 @@ step() { # name timeout command...
     local name=$1 to=$2
     shift 2
     say "$name: $*"
-    timeout "$((to + 10))" "$RUN" -n 2 --timeout "$to" "$@" >"$LOG/$name.log" 2>&1
+    timeout "$((to + 10))" "$RUN" -n "$NRANKS" --timeout "$to" "$@" >"$LOG/$name.log" 2>&1
     rc[$name]=$?
     say "$name: exit ${rc[$name]}"
 }

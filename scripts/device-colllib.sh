@@ -8,6 +8,7 @@
 # Environment: OUT (logs, default /tmp), BUILD (default build-colllib-dev), CASES (--case list).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu-ranks.sh
 OUT=${OUT:-/tmp}
 BUILD=${BUILD:-build-colllib-dev}
 mkdir -p "$OUT"
@@ -51,7 +52,7 @@ t1=$(date +%s)
 args=()
 [ -n "${CASES:-}" ] && args=(--case "$CASES")
 launcher=$(find "$BUILD" -maxdepth 3 -type f -name cchan-run -perm -u+x | head -1)
-timeout 100 "$launcher" -n 2 --timeout 95 "$bin" "${args[@]}" \
+timeout 100 "$launcher" -n "$NRANKS" --timeout 95 "$bin" "${args[@]}" \
     > "$OUT/colllib-test.log" 2>&1
 rc=$?
 t2=$(date +%s)

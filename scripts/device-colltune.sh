@@ -16,6 +16,7 @@
 # Environment: OUT (default /tmp), BUILD (default build-colltune-dev), BUDGET (seconds, 145).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu-ranks.sh
 OUT=${OUT:-/tmp}
 BUILD=${BUILD:-build-colltune-dev}
 BUDGET=${BUDGET:-145}
@@ -72,7 +73,7 @@ step() {
     [ "$to" -gt "$left" ] && to=$left
     local json=()
     [ "$1" = "$BENCH" ] && json=(-J "$LOG/$name.json")
-    timeout $((to + 5)) "$RUN" -n 2 --timeout "$to" "$@" ${json[@]+"${json[@]}"} > "$LOG/$name.log" 2>&1
+    timeout $((to + 5)) "$RUN" -n "$NRANKS" --timeout "$to" "$@" ${json[@]+"${json[@]}"} > "$LOG/$name.log" 2>&1
     RC[$name]=$?
     STEPS+=("$name")
     say "$name: exit ${RC[$name]}"

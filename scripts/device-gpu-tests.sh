@@ -22,6 +22,7 @@
 # Exit status: 0 when every test passed or skipped, 1 otherwise (2: build failure).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu-ranks.sh
 ROOT=$(pwd)
 BUILD=${BUILD:-build-dev}
 ARCH=${CUDA_ARCH:-90}
@@ -117,10 +118,10 @@ for t in $TESTS; do
         overall=1
         continue
     fi
-    say "running: $launcher -n 2 --timeout $RUN_TIMEOUT $bin ${GPU_TEST_ARGS:-}"
+    say "running: $launcher -n $NRANKS --timeout $RUN_TIMEOUT $bin ${GPU_TEST_ARGS:-}"
     start=$(date +%s)
     # shellcheck disable=SC2086
-    "$launcher" -n 2 --timeout "$RUN_TIMEOUT" "$bin" ${GPU_TEST_ARGS:-} 2>&1 | tee "$log"
+    "$launcher" -n "$NRANKS" --timeout "$RUN_TIMEOUT" "$bin" ${GPU_TEST_ARGS:-} 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     secs[$t]=$(($(date +%s) - start))
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)

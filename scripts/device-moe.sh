@@ -13,6 +13,7 @@
 # kernels/examples/moe/moe_internal.h). NVLink multicast is never used (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu-ranks.sh
 BUILD=${BUILD:-build-device-moe}
 DEST=${OUT:-$BUILD/out}
 JOBS=${JOBS:-$(nproc)}
@@ -40,7 +41,7 @@ say "built in $(($(date +%s) - t0)) s"
 
 RUN="$BUILD/cchan-run"
 run_test() { # $1: log name, $2: CCHAN_MOE_VARIANT
-    CCHAN_MOE_VARIANT="$2" timeout -k 5 45 "$RUN" -n 2 --timeout 40 "$BUILD/test/gpu/test_moe_gpu" \
+    CCHAN_MOE_VARIANT="$2" timeout -k 5 45 "$RUN" -n "$NRANKS" --timeout 40 "$BUILD/test/gpu/test_moe_gpu" \
         >"$DEST/$1.log" 2>&1
 }
 run_test test_moe_gpu ""
@@ -59,13 +60,13 @@ done
 
 # LL and HT in separate runs, so that a failing HT path cannot cost the LL figures.
 # shellcheck disable=SC2086
-timeout -k 5 40 "$RUN" -n 2 --timeout 35 "$BUILD/bench/moe/cchan-moe-bench" --mode ll \
+timeout -k 5 40 "$RUN" -n "$NRANKS" --timeout 35 "$BUILD/bench/moe/cchan-moe-bench" --mode ll \
     --variants "$LL_VARIANTS" --json "$DEST/moe-bench-ll.json" ${BENCH_ARGS:-} \
     >"$DEST/moe-bench-ll.log" 2>&1
 ll_rc=$?
 say "bench ll rc $ll_rc after $(($(date +%s) - t0)) s"
 # shellcheck disable=SC2086
-timeout -k 5 40 "$RUN" -n 2 --timeout 35 "$BUILD/bench/moe/cchan-moe-bench" --mode ht \
+timeout -k 5 40 "$RUN" -n "$NRANKS" --timeout 35 "$BUILD/bench/moe/cchan-moe-bench" --mode ht \
     --variants "$HT_VARIANTS" --json "$DEST/moe-bench-ht.json" ${BENCH_ARGS:-} \
     >"$DEST/moe-bench-ht.log" 2>&1
 ht_rc=$?

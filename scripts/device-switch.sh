@@ -12,6 +12,7 @@
 # Multicast is never requested here, and refused by cchan and NCCL alike (DESIGN.md §8).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu-ranks.sh
 BUILD=${BUILD:-build-device-switch}
 DEST=${OUT:-$BUILD/out}
 JOBS=${JOBS:-$(nproc)}
@@ -67,14 +68,14 @@ say "built ($mode) in $(($(date +%s) - t0)) s"
 t1=$(date +%s)
 case_args=()
 [ -n "${SWITCH_CASES:-}" ] && case_args=(--case "$SWITCH_CASES")
-timeout -k 5 75 "$run" -n 2 --timeout 70 "$test_bin" "${case_args[@]}" >"$DEST/test_switch_channel_gpu.log" 2>&1
+timeout -k 5 75 "$run" -n "$NRANKS" --timeout 70 "$test_bin" "${case_args[@]}" >"$DEST/test_switch_channel_gpu.log" 2>&1
 test_rc=$?
 test_s=$(($(date +%s) - t1))
 
 # ---------------------------------------------------------------- bench
 t2=$(date +%s)
 # shellcheck disable=SC2086
-timeout -k 5 60 "$run" -n 2 --timeout 55 "$BUILD/bench/cchan-bench" switch-bw \
+timeout -k 5 60 "$run" -n "$NRANKS" --timeout 55 "$BUILD/bench/cchan-bench" switch-bw \
     -J "$DEST/switch-bw.json" ${BENCH_ARGS:-} >"$DEST/switch-bw.log" 2>&1
 bench_rc=$?
 bench_s=$(($(date +%s) - t2))
