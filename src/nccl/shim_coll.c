@@ -220,8 +220,8 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
 #else
     snprintf(why, sizeof why, "cchan paths off (%s)", comm->cchan_off);
 #endif
-    const shim_real_t *r;
-    ncclComm_t real;
+    const shim_real_t *r = NULL;
+    ncclComm_t real = NULL;
     if (count == 0 && !comm->real) return ncclSuccess;
     res = shim_real_comm(comm, op_names[op], &r, &real);
     if (res != ncclSuccess) return res;
@@ -258,7 +258,7 @@ SHIM_DEFINE(ncclResult_t, ncclReduceScatter,
 #define SHIM_FORWARD(name, params, comm_arg, args, LOG)                                            \
     SHIM_DEFINE(ncclResult_t, name, params) {                                                      \
         shim_clear_error();                                                                        \
-        const shim_real_t *r;                                                                      \
+        const shim_real_t *r = NULL;                                                               \
         ncclComm_t real = comm_arg;                                                                \
         SHIM_HAND_BACK(name, comm_arg, args);                                                      \
         ncclResult_t res = shim_real_comm(comm_arg, #name, &r, &real);                             \

@@ -285,6 +285,10 @@ static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
     }
     rc = cchan_coll_create(c->cc, NULL, &c->coll);
     if (rc) return shim_fail_coll(rc, "ncclCommInitRank: cchan_coll_create");
+    /* The selector never picks PORT_RING, and its port channels would keep every window's
+     * semaphores and mappings until the communicator goes: registrations here build none. */
+    rc = cchan_coll_set_param(c->coll, "port_ring", 0);
+    if (rc) return shim_fail_coll(rc, "ncclCommInitRank: cchan_coll_set_param(port_ring)");
 #endif
     return ncclSuccess;
 }
@@ -568,7 +572,7 @@ SHIM_DEFINE(ncclResult_t, ncclCommWindowRegister,
     } else if (comm->coll) {
         *win = (ncclWindow_t)buff; /* cchan's handle: the buffer */
     } else {
-        ncclComm_t real;
+        ncclComm_t real = NULL;
         return shim_real_comm(comm, "ncclCommWindowRegister", &r, &real) != ncclSuccess
                    ? ncclInvalidUsage
                    : shim_fail(ncclInvalidUsage,
@@ -824,8 +828,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommShrink,
             (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
              ncclConfig_t *config, int shrinkFlags)) {
     shim_clear_error();
-    const shim_real_t *r;
-    ncclComm_t real;
+    const shim_real_t *r = NULL;
+    ncclComm_t real = NULL;
     ncclResult_t res = shim_real_comm(comm, "ncclCommShrink", &r, &real);
     if (res != ncclSuccess) return res;
     if (!r->ncclCommShrink)
@@ -894,8 +898,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommFinalize, (ncclComm_t comm)) {
 
 SHIM_DEFINE(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags)) {
     shim_clear_error();
-    const shim_real_t *r;
-    ncclComm_t real;
+    const shim_real_t *r = NULL;
+    ncclComm_t real = NULL;
     ncclResult_t res = shim_real_comm(comm, "ncclCommRevoke", &r, &real);
     if (res != ncclSuccess) return res;
     if (!r->ncclCommRevoke)

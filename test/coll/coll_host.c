@@ -386,6 +386,39 @@ int main(int argc, char **argv) {
         CHECK(cchan_mem_destroy(ma));
         CHECK(cchan_mem_destroy(mb));
     }
+    /* port_ring = 0: registrations build no port channels, so deregistration releases everything
+     * and any number of register/deregister cycles fit; PORT_RING refuses such buffers by name,
+     * and the zero-copy paths still take them. */
+    if (g_nranks > 1) {
+        CHECK(cchan_coll_set_param(coll, "port_ring", 0));
+        size_t count = 257, bytes = (count * (size_t)g_nranks + GUARD) * 4;
+        cchan_mem_t *ma, *mb;
+        CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
+        CHECK(cchan_mem_alloc(comm, bytes, 0, &mb));
+        for (int k = 0; k < 40; k++) {
+            g_reg_a = (uint8_t *)cchan_mem_ptr(ma);
+            g_reg_b = (uint8_t *)cchan_mem_ptr(mb);
+            CHECK(cchan_coll_register(coll, g_reg_a, bytes));
+            CHECK(cchan_coll_register(coll, g_reg_b, bytes));
+            if (k == 0 || k == 39) {
+                EXPECT(cchan_coll_allreduce(coll, g_reg_a, g_reg_b, count, CCHAN_COLL_F32,
+                                            CCHAN_COLL_PORT_RING, NULL) == CCHAN_ERR_UNSUPPORTED &&
+                           strstr(cchan_coll_last_error(), "port_ring") != NULL,
+                       "port ring on a buffer registered with port_ring 0: '%s'",
+                       cchan_coll_last_error());
+                EXPECT(run_case(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_HB_ALLPAIRS, CCHAN_COLL_F32,
+                                count, 0, seed++),
+                       "HB all-pairs on buffers registered with port_ring 0");
+                ran++;
+            }
+            CHECK(cchan_coll_deregister(coll, g_reg_a));
+            CHECK(cchan_coll_deregister(coll, g_reg_b));
+        }
+        g_reg_a = g_reg_b = NULL;
+        CHECK(cchan_mem_destroy(ma));
+        CHECK(cchan_mem_destroy(mb));
+        CHECK(cchan_coll_set_param(coll, "port_ring", 1));
+    }
     CHECK(cchan_coll_destroy(coll));
 
     int verdicts[64] = {0}, mine = g_failures;

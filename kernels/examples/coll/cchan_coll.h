@@ -107,7 +107,11 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *                             the copy engines (default 400)
  *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
  *                             engine (1, default) or by the SMs (0)
- *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB) */
+ *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB)
+ *   port_ring       0 or 1    registrations made while it is 1 (default) build PORT_RING's port
+ *                             channels, which keep the registration's semaphores and mappings until
+ *                             cchan_coll_destroy; at 0 they build none, PORT_RING refuses their
+ *                             buffers, and deregistration releases everything at once */
 int cchan_coll_set_param(cchan_coll_t *coll, const char *name, int64_t value);
 int cchan_coll_get_param(const cchan_coll_t *coll, const char *name, int64_t *out);
 size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);

@@ -36,6 +36,7 @@ enum {
     COLL_P_CE_SM_PERMILLE,
     COLL_P_CE_LOCAL,
     COLL_P_ZC_BLOCK_BYTES,
+    COLL_P_PORT_RING,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -49,6 +50,8 @@ static const struct coll_param_def {
     {"ce_local", "CCHAN_COLL_CE_LOCAL", 1, 0, 1},
     {"zc_block_bytes", "CCHAN_COLL_ZC_BLOCK_BYTES", 32 * (int64_t)COLL_KiB, (int64_t)COLL_KiB,
      INT64_MAX},
+    /* 1: registrations build PORT_RING's port channels (kept until destroy); 0: they do not */
+    {"port_ring", "CCHAN_COLL_PORT_RING", 1, 0, 1},
 };
 
 typedef struct coll_reg {
@@ -497,7 +500,7 @@ int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
         free(g);
         return coll_wrap(st, where, "cchan_mem_exchange");
     }
-    if (c->nranks > 1 && (st = coll_ring_register(c, g)) < 0) {
+    if (c->nranks > 1 && c->param[COLL_P_PORT_RING] && (st = coll_ring_register(c, g)) < 0) {
         if (g->ring_sems) { /* channels made before the failure name it: keep it (deregister) */
             g->next = c->retired;
             c->retired = g;
@@ -915,6 +918,16 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
     if (*algo == CCHAN_COLL_CE_ALLPAIRS) {
         coll_map_peers(c, a, gs, send, gr, recv);
         return 0;
+    }
+    if (c->nranks > 1 && (!gs->ring_dev || !gr->ring_dev)) {
+        if (automatic) {
+            *algo = CCHAN_COLL_HB_ALLPAIRS;
+            return 0;
+        }
+        return colli_error(CCHAN_ERR_UNSUPPORTED, where,
+                           "port_ring: the %s buffer was registered while the parameter port_ring "
+                           "was 0, so it has no port channels",
+                           gs->ring_dev ? "recv" : "send");
     }
     a->ring_send = gs->ring_dev;
     a->ring_recv = gr->ring_dev;
