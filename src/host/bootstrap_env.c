@@ -114,7 +114,7 @@ static int parse_master_vars(const launcher_vars_t *l, cchani_boot_env_t *e) {
     if (strlen(addr) >= sizeof e->root_host)
         return cchani_error(-EINVAL, "environment", "MASTER_ADDR is too long");
     snprintf(e->root_host, sizeof e->root_host, "%s", addr);
-    uint16_t p;
+    uint16_t p = 0;
     int rc = parse_port("MASTER_PORT", port, &p);
     if (rc) return rc;
     if (p == 65535)

@@ -76,7 +76,7 @@ static int open_socket(int family, int *fd) {
 }
 
 int cchani_sock_free_port(const cchani_boot_addr_t *addr, uint16_t *port) {
-    int fd;
+    int fd = -1;
     cchani_boot_addr_t bound;
     int rc = cchani_sock_listen(addr, &fd, &bound);
     if (rc) return rc;

@@ -42,7 +42,7 @@ int cchani_env_u64(const char *name, uint64_t dflt, uint64_t *out) {
 }
 
 uint64_t cchan_env_timeout_ms(void) {
-    uint64_t v;
+    uint64_t v = 0;
     return cchani_env_u64("CCHAN_TIMEOUT_MS", 0, &v) == 0 ? v : 0;
 }
 
