@@ -35,13 +35,15 @@
 #define CB_SRC_OFF 0ull
 #define CB_DST_OFF (32ull * CB_MIB)
 #define CB_LL_MAX (16ull * CB_MIB) /* largest LL payload */
-/* pkt: the raw flags at 0, 64 and 128, a single LL8 packet at 192, LL stream acks from CB_ACK_OFF
+/* pkt: the raw flags at 0, 64 and 128, a single LL8 packet at 192 and a single LL16 packet at 256,
+ * LL stream acks from CB_ACK_OFF
  * (8 bytes per block), LL packets (2 bytes of packet per payload byte) from CB_PKT_OFF in two slots
  * of CB_LL_SLOT bytes. */
 #define CB_FLAG_OFF 0ull
 #define CB_RELAXED_FLAG_OFF 64ull
-#define CB_RED_FLAG_OFF 128ull /* raw remote-add ping-pong */
-#define CB_WORD_PKT_OFF 192ull /* one LL8 packet from registers */
+#define CB_RED_FLAG_OFF 128ull   /* raw remote-add ping-pong */
+#define CB_WORD_PKT_OFF 192ull   /* one LL8 packet from registers */
+#define CB_WORD16_PKT_OFF 256ull /* one LL16 packet from registers */
 #define CB_ACK_OFF 4096ull
 #define CB_PKT_OFF (64ull * 1024)
 #define CB_LL_SLOT (2 * CB_LL_MAX)
@@ -379,24 +381,33 @@ __global__ void k_red_flag_pingpong(uint64_t *my_flag, uint64_t *peer_flag, uint
     stamps_out(initiator, rec, ts);
 }
 
-/* One LL8 packet per hop from registers (cchan_memory_channel_write/read_packet_ll8): the payload
- * is the round-trip count, checked on every hop. */
-__global__ void k_ll8_word_pingpong(const __grid_constant__ cchan_memory_channel_t ch,
-                                    uint32_t flag0, int initiator, int warm, int iters, int rec,
-                                    uint64_t *ts, unsigned long long *errors) {
+/* One LL8 (P == 8) or LL16 packet per hop from registers (cchan_memory_channel_write/
+ * read_packet_llP): the payload is the round-trip count, checked on every hop. */
+template <int P>
+__global__ void k_ll_word_pingpong(const __grid_constant__ cchan_memory_channel_t ch,
+                                   uint32_t flag0, int initiator, int warm, int iters, int rec,
+                                   uint64_t *ts, unsigned long long *errors) {
     uint32_t bad = 0;
     for (int i = -warm; i < iters; i++) {
         const uint32_t flag = flag0 + (uint32_t)(i + warm);
-        uint32_t got = 0;
-        if (initiator) {
-            stamp(true, i, rec);
-            cchan_memory_channel_write_packet_ll8(&ch, CB_WORD_PKT_OFF, flag * 3u, flag);
-            cchan_memory_channel_read_packet_ll8(&ch, CB_WORD_PKT_OFF, flag, &got);
-        } else {
-            cchan_memory_channel_read_packet_ll8(&ch, CB_WORD_PKT_OFF, flag, &got);
-            cchan_memory_channel_write_packet_ll8(&ch, CB_WORD_PKT_OFF, flag * 3u, flag);
+        for (int side = 0; side < 2; side++) {
+            if ((side == 0) == (initiator != 0)) {
+                if (initiator) stamp(true, i, rec);
+                if constexpr (P == 8)
+                    cchan_memory_channel_write_packet_ll8(&ch, CB_WORD_PKT_OFF, flag * 3u, flag);
+                else
+                    cchan_memory_channel_write_packet_ll16(&ch, CB_WORD16_PKT_OFF,
+                                                           (uint64_t)flag * 0x100000003ull, flag);
+            } else if constexpr (P == 8) {
+                uint32_t got = 0;
+                cchan_memory_channel_read_packet_ll8(&ch, CB_WORD_PKT_OFF, flag, &got);
+                bad += got != flag * 3u;
+            } else {
+                uint64_t got = 0;
+                cchan_memory_channel_read_packet_ll16(&ch, CB_WORD16_PKT_OFF, flag, &got);
+                bad += got != (uint64_t)flag * 0x100000003ull;
+            }
         }
-        bad += got != flag * 3u;
     }
     stamp_end(initiator, iters, rec);
     stamps_out(initiator, rec, ts);
@@ -820,7 +831,9 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
                             optin));
     CK(cudaFuncSetAttribute(k_red_flag_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
-    CK(cudaFuncSetAttribute(k_ll8_word_pingpong, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CK(cudaFuncSetAttribute(k_ll_word_pingpong<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            optin));
+    CK(cudaFuncSetAttribute(k_ll_word_pingpong<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
     CK(cudaFuncSetAttribute(k_ll_pingpong<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             optin));
@@ -1426,29 +1439,39 @@ static void run_mem_lat(gpu_t *g) {
             cb_lat_row(ctx, &same);
         }
 
-        cb_row_t word;
-        row_init(&word, "mem-lat", "ll8-one-packet", "relaxed-flag", "ns", 8, 1, 1);
-        word.base = rel.value;
-        const uint32_t flag0 = g->ll_flag;
-        g->ll_flag += (uint32_t)(warm + iters);
-        unsigned long long *d_err = NULL;
-        CK(cudaMalloc(&d_err, sizeof *d_err));
-        CK(cudaMemset(d_err, 0, sizeof *d_err));
-        const cchan_memory_channel_t lch = g->lch;
-        pingpong(
-            g, 1, iters, 0.5, "LL8 one-packet ping-pong",
-            [&](int initiator, int rec, size_t smem) {
-                k_ll8_word_pingpong<<<1, 1, smem, g->s>>>(lch, flag0, initiator, warm, iters, rec,
-                                                          g->d_ts, d_err);
-            },
-            &word.value);
-        unsigned long long h_err = 0;
-        CK(cudaMemcpy(&h_err, d_err, sizeof h_err, cudaMemcpyDeviceToHost));
-        CK(cudaFree(d_err));
-        word.errors = cb_errors_combine(ctx, in_pair(g) ? (int64_t)h_err : -1);
-        cb_printf(ctx, "#   one LL8 packet per hop from registers (write/read_packet_ll8) vs the "
-                       "relaxed flag above:\n");
-        cb_lat_row(ctx, &word);
+        /* One LL8 and one LL16 packet per hop from registers, against the relaxed flag above. */
+        for (int p16 = 0; p16 < 2; p16++) {
+            cb_row_t word;
+            row_init(&word, "mem-lat", p16 ? "ll16-one-packet" : "ll8-one-packet", "relaxed-flag",
+                     "ns", p16 ? 16 : 8, 1, 1);
+            word.base = rel.value;
+            const uint32_t flag0 = g->ll_flag;
+            g->ll_flag += (uint32_t)(warm + iters);
+            unsigned long long *d_err = NULL;
+            CK(cudaMalloc(&d_err, sizeof *d_err));
+            CK(cudaMemset(d_err, 0, sizeof *d_err));
+            const cchan_memory_channel_t lch = g->lch;
+            pingpong(
+                g, 1, iters, 0.5, p16 ? "LL16 one-packet ping-pong" : "LL8 one-packet ping-pong",
+                [&](int initiator, int rec, size_t smem) {
+                    if (p16)
+                        k_ll_word_pingpong<16><<<1, 1, smem, g->s>>>(lch, flag0, initiator, warm,
+                                                                     iters, rec, g->d_ts, d_err);
+                    else
+                        k_ll_word_pingpong<8><<<1, 1, smem, g->s>>>(lch, flag0, initiator, warm,
+                                                                    iters, rec, g->d_ts, d_err);
+                },
+                &word.value);
+            unsigned long long h_err = 0;
+            CK(cudaMemcpy(&h_err, d_err, sizeof h_err, cudaMemcpyDeviceToHost));
+            CK(cudaFree(d_err));
+            word.errors = cb_errors_combine(ctx, in_pair(g) ? (int64_t)h_err : -1);
+            cb_printf(ctx,
+                      "#   one LL%d packet per hop from registers (write/read_packet_ll%d) vs the "
+                      "relaxed flag above:\n",
+                      p16 ? 16 : 8, p16 ? 16 : 8);
+            cb_lat_row(ctx, &word);
+        }
     }
 
     /* ---- LL8 / LL16 latency, one block */

@@ -49,6 +49,7 @@ SUMMARY = [
     ("relaxed flag one way (no fences; scale)", "mem-lat", "relaxed-flag", [0], None, None),
     ("raw flag by remote add, one way", "mem-lat", "raw-red-add-flag", [0], None, None),
     ("LL8 one packet from registers, one way", "mem-lat", "ll8-one-packet", [8], None, ("value<=", 675.0, "issue 3: 1.35 us round trip")),
+    ("LL16 one packet from registers, one way", "mem-lat", "ll16-one-packet", [16], None, ("value<=", 815.0, "issue 3: MSCCL++ LL16 1.63 us round trip")),
     ("LL8 8 B one way", "mem-lat", "ll8", [8], None, None),
     ("LL8 1 KiB one way", "mem-lat", "ll8", [1024], None, ("value<=", 1500.0, "issue 3")),
     ("LL8 64 KiB one way", "mem-lat", "ll8", [65536], None, None),
