@@ -206,53 +206,60 @@ static void report(int v, uint64_t *ns, const opts_t *o) {
 #define PROBE_AREA (1u << 20) /* bytes of flag memory per GPU */
 #define PROBE_STRIDE 4224u    /* between the addresses an address sweep tries (4 KiB + 128) */
 
-static int run_single(const opts_t *o) {
+/* Both GPUs of one process: each one's flags, initiator time and stream; base is where the flags
+ * stand (they only grow), res the last run's samples. */
+typedef struct {
     uint64_t *flag[2], *ns[2];
     cudaStream_t st[2];
+    uint64_t base, *res;
+} pair_t;
+
+/* o->reps runs of kernel k with both flags at word offset off; leaves res sorted and returns the
+ * median one-way time in ns. */
+static double pair_time(pair_t *p, kfn_t k, size_t off, const opts_t *o) {
+    for (int r = 0; r < o->reps; r++) {
+        for (int d = 0; d < 2; d++) {
+            CK(cudaSetDevice(d));
+            k<<<1, 1, 0, p->st[d]>>>(p->flag[d] + off, p->flag[1 - d] + off, p->base, d == 0,
+                                     o->iters, p->ns[d]);
+            CK(cudaGetLastError());
+        }
+        for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(p->st[d]));
+        p->res[r] = *p->ns[0];
+        p->base += (uint64_t)o->iters;
+    }
+    qsort(p->res, (size_t)o->reps, sizeof *p->res, cmp_u64);
+    return (double)p->res[o->reps / 2] / (o->iters - o->iters / 10) / 2;
+}
+
+static int run_single(const opts_t *o) {
+    pair_t P;
+    pair_t *p = &P;
     for (int d = 0; d < 2; d++) {
         CK(cudaSetDevice(d));
         CK(cudaDeviceEnablePeerAccess(1 - d, 0));
-        CK(cudaMalloc(&flag[d], PROBE_AREA));
-        CK(cudaMemset(flag[d], 0, PROBE_AREA));
-        CK(cudaMallocManaged(&ns[d], sizeof(uint64_t)));
-        CK(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking));
+        CK(cudaMalloc(&p->flag[d], PROBE_AREA));
+        CK(cudaMemset(p->flag[d], 0, PROBE_AREA));
+        CK(cudaMallocManaged(&p->ns[d], sizeof(uint64_t)));
+        CK(cudaStreamCreateWithFlags(&p->st[d], cudaStreamNonBlocking));
     }
-    uint64_t base = 0, *res = (uint64_t *)calloc((size_t)o->reps, sizeof *res);
+    p->base = 0;
+    p->res = (uint64_t *)calloc((size_t)o->reps, sizeof *p->res);
+    uint64_t *const *flag = p->flag, *const *ns = p->ns, *res = p->res;
+    const cudaStream_t *st = p->st;
     printf("one process, two GPUs (peer access)%s:\n",
            o->cpu_poll ? ", a host thread polling" : "");
+    /* a remote add raises the flag by one per hop: it then equals the count the others store */
     for (int v = 0; v < V_COUNT; v++) {
-        for (int r = 0; r < o->reps; r++) {
-            for (int d = 0; d < 2; d++) {
-                CK(cudaSetDevice(d));
-                /* red adds 1 per hop: the flag then equals the hop count, as the others store */
-                kfn[v]<<<1, 1, 0, st[d]>>>(flag[d], flag[1 - d], base, d == 0, o->iters, ns[d]);
-                CK(cudaGetLastError());
-            }
-            for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
-            res[r] = *ns[0];
-            base += (uint64_t)o->iters;
-        }
+        pair_time(p, kfn[v], 0, o);
         report(v, res, o);
     }
     /* What a per-round-trip timestamp costs a ping-pong (the harness of cchan-bench stamps every
      * round trip with %globaltimer). */
     for (int vi = 0; vi < 2; vi++) {
         for (int si = 0; si < 2; si++) {
-            for (int r = 0; r < o->reps; r++) {
-                for (int d = 0; d < 2; d++) {
-                    CK(cudaSetDevice(d));
-                    kfn_stamped[vi][si]<<<1, 1, 0, st[d]>>>(flag[d], flag[1 - d], base, d == 0,
-                                                            o->iters, ns[d]);
-                    CK(cudaGetLastError());
-                }
-                for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
-                res[r] = *ns[0];
-                base += (uint64_t)o->iters;
-            }
-            const int timed = o->iters - o->iters / 10;
-            qsort(res, (size_t)o->reps, sizeof *res, cmp_u64);
             printf("  %-40s %8.1f ns one way, with a %s read per round trip\n",
-                   v_name[vi == 0 ? V_RED_ACQ : V_VOL], (double)res[o->reps / 2] / timed / 2,
+                   v_name[vi == 0 ? V_RED_ACQ : V_VOL], pair_time(p, kfn_stamped[vi][si], 0, o),
                    si == 0 ? "%globaltimer" : "%clock64");
         }
     }
@@ -269,21 +276,9 @@ static int run_single(const opts_t *o) {
             /* a remote add raises the flag by one per hop: start it where the stores left off */
             for (int d = 0; d < 2; d++) {
                 CK(cudaSetDevice(d));
-                CK(cudaMemcpy(flag[d] + off, &base, sizeof base, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(flag[d] + off, &p->base, sizeof p->base, cudaMemcpyHostToDevice));
             }
-            for (int r = 0; r < o->reps; r++) {
-                for (int d = 0; d < 2; d++) {
-                    CK(cudaSetDevice(d));
-                    kfn[v]<<<1, 1, 0, st[d]>>>(flag[d] + off, flag[1 - d] + off, base, d == 0,
-                                               o->iters, ns[d]);
-                    CK(cudaGetLastError());
-                }
-                for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
-                res[r] = *ns[0];
-                base += (uint64_t)o->iters;
-            }
-            qsort(res, (size_t)o->reps, sizeof *res, cmp_u64);
-            const double one_way = (double)res[o->reps / 2] / (o->iters - o->iters / 10) / 2;
+            const double one_way = pair_time(p, kfn[v], off, o);
             printf("%s%.0f", k % 16 ? " " : "\n    ", one_way);
             lo = one_way < lo ? one_way : lo;
             hi = one_way > hi ? one_way : hi;
@@ -312,18 +307,18 @@ static int run_single(const opts_t *o) {
                 for (int d = 0; d < 2; d++) {
                     CK(cudaSetDevice(d));
                     CK(cudaMemsetAsync(claim[d], 0, sizeof(unsigned), st[d]));
-                    k_vol_on_sm<<<4 * nsm, 1, 0, st[d]>>>(flag[d] + off, flag[1 - d] + off, base,
+                    k_vol_on_sm<<<4 * nsm, 1, 0, st[d]>>>(flag[d] + off, flag[1 - d] + off, p->base,
                                                           d == 0, o->iters, ns[d],
                                                           (unsigned)sms[si], claim[d]);
                     CK(cudaGetLastError());
                 }
                 for (int d = 0; d < 2; d++) CK(cudaStreamSynchronize(st[d]));
                 res[r] = *ns[0];
-                base += (uint64_t)o->iters;
+                p->base += (uint64_t)o->iters;
                 /* a run that gave up left the flags behind: restart both from base */
                 for (int d = 0; d < 2 && res[r] == 0; d++) {
                     CK(cudaSetDevice(d));
-                    CK(cudaMemcpy(flag[d] + off, &base, sizeof base, cudaMemcpyHostToDevice));
+                    CK(cudaMemcpy(flag[d] + off, &p->base, sizeof p->base, cudaMemcpyHostToDevice));
                 }
             }
             qsort(res, (size_t)o->reps, sizeof *res, cmp_u64);

@@ -279,22 +279,36 @@ static void coll_reg_free(cchan_coll_t *c, coll_reg_t *g) {
     free(g);
 }
 
+/* A registration leaving use: freed, unless PORT_RING port channels were made for it. Port channels
+ * live as long as their proxy and keep naming its semaphores and mappings, so those stay on the
+ * retired list until cchan_coll_destroy (freed now, a later registration could get the same
+ * semaphore addresses and be refused as a second writer, and the proxy would hold dangling
+ * pointers). */
+static void coll_reg_release(cchan_coll_t *c, coll_reg_t *g) {
+    if (!g->ring_sems) {
+        coll_reg_free(c, g);
+        return;
+    }
+    g->next = c->retired;
+    c->retired = g;
+}
+
+static void coll_free_list(cchan_coll_t *c, coll_reg_t **list) {
+    while (*list) {
+        coll_reg_t *g = *list;
+        *list = g->next;
+        coll_reg_free(c, g);
+    }
+}
+
 static void coll_release(cchan_coll_t *c) {
     if (c->ce) colli_ce_destroy(c->device, c->ce);
     if (c->proxy) {
         (void)cchan_proxy_stop(c->proxy, 5000);
         (void)cchan_proxy_destroy(c->proxy);
     }
-    while (c->regs) {
-        coll_reg_t *g = c->regs;
-        c->regs = g->next;
-        coll_reg_free(c, g);
-    }
-    while (c->retired) {
-        coll_reg_t *g = c->retired;
-        c->retired = g->next;
-        coll_reg_free(c, g);
-    }
+    coll_free_list(c, &c->regs);
+    coll_free_list(c, &c->retired);
     coll_dev_free(c, c->credits_dev);
     if (c->sw_owner) cchan_switch_destroy(c->sw_owner);
     if (c->credits) cchan_sem_set_destroy(c->credits);
@@ -501,12 +515,7 @@ int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
         return coll_wrap(st, where, "cchan_mem_exchange");
     }
     if (c->nranks > 1 && c->param[COLL_P_PORT_RING] && (st = coll_ring_register(c, g)) < 0) {
-        if (g->ring_sems) { /* channels made before the failure name it: keep it (deregister) */
-            g->next = c->retired;
-            c->retired = g;
-        } else {
-            coll_reg_free(c, g);
-        }
+        coll_reg_release(c, g); /* channels made before the failure may name it */
         return st;
     }
     g->next = c->regs;
@@ -525,16 +534,7 @@ int cchan_coll_deregister(cchan_coll_t *c, void *ptr) {
     *pp = g->next;
     /* Every rank is done with the buffer (its peers' channels and mappings) before it goes. */
     int st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
-    if (g->ring_sems) {
-        /* Port channels live as long as their proxy: the PORT_RING channels made for this buffer
-         * keep naming its semaphores and mappings, so those stay until cchan_coll_destroy (freed
-         * now, a later registration could get the same semaphore addresses and be refused as a
-         * second writer, and the proxy would hold dangling pointers). */
-        g->next = c->retired;
-        c->retired = g;
-    } else {
-        coll_reg_free(c, g);
-    }
+    coll_reg_release(c, g);
     if (st >= 0) st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
     return st < 0 ? coll_wrap(st, where, "cchan_bootstrap_barrier") : 0;
 }
