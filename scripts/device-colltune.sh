@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
-# cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build:
-#   1. test_coll_gpu, every correctness and graph case (CE all-pairs with several parameter sets,
-#      the zero-copy AllReduce with a larger grid, and every other algorithm: every op x dtype x
-#      size 1 KiB..1 GiB, odd counts, in/out of place, graph replays)
-#   2. cchan-coll-bench sweeps of cchan_coll's tuning parameters (--sweep, -T), NCCL measured in
-#      the same run: CE all-pairs AllReduce (chunk, SM share, lanes) and AllGather (SM share,
-#      lanes, local copy by a copy engine) at 256 MiB and 1 GiB, HB at the same sizes; CE and HB
-#      at 4..64 MiB with checks; LL and zero-copy (two block sizes) at 128 KiB..2 MiB in CUDA
-#      graphs. The values passed with -T are no longer the defaults everywhere: the header line
-#      of every step prints what ran.
+# cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
+# The steps change with what is being tuned; git log shows earlier sets. Now:
+#   1. test_coll_gpu: the LL, automatic, graph-replay and CE all-pairs cases;
+#   2. cchan-coll-bench, NCCL measured in the same run: the LL kernels with ll_spread=0 and 1
+#      (AllGather, AllReduce, ReduceScatter, 1 KiB..512 KiB, CUDA graphs, checked), then CE
+#      all-pairs AllGather (three SM shares) and HB AllReduce at 1 GiB.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -79,26 +75,16 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# the parameters of the run that chose the defaults (device run 4, 2026-11-22 06:13 UTC)
-L=(-b 256M -e 1G -f 4 "${B[@]}" -T ce_sm_permille=0 -T ce_local=0 -T ce_chunk=32M)
-step test 60 "$TEST" --case correct_ce,correct_zc_blocks,graph_ce,correct_ll,correct_hb,correct_zc,correct_auto,correct_switch,graph_replay,correct_ring,graph_ring
-step ar_chunk 10 "$BENCH" -o allreduce -a ce "${L[@]}" --sweep ce_chunk=8M,16M,32M,64M
-step ar_sm 10 "$BENCH" -o allreduce -a ce "${L[@]}" --sweep ce_sm_permille=0,100,200,300,400
-step ar_sm_l4 10 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_lanes=4 --sweep ce_sm_permille=0,200,400
-step ar_sm_c16 10 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_chunk=16M --sweep ce_sm_permille=0,200,400
-step hb_large 10 "$BENCH" -o allreduce -o allgather -a hb "${L[@]}"
-step ag_sm 10 "$BENCH" -o allgather -a ce "${L[@]}" --sweep ce_sm_permille=400,450,500,550,600,700
-step ag_sm_l4 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_lanes=4 --sweep ce_sm_permille=400,500,600,700
-step ag_sm_l2 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_lanes=2 --sweep ce_sm_permille=400,500,600
-step ag_local 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_local=1 --sweep ce_sm_permille=400,500,600
-step ag_local_l4 10 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_local=1 -T ce_lanes=4 --sweep ce_sm_permille=500,600
-M=(-b 4M -e 64M -f 4 -n 10 -w 2 -r 3 -T ce_sm_permille=0 -T ce_local=0 -T ce_chunk=32M)
-step ar_mid 12 "$BENCH" -o allreduce -a ce "${M[@]}" --sweep ce_chunk=2M,4M,8M,32M
-step ag_mid 10 "$BENCH" -o allgather -a ce "${M[@]}" --sweep ce_sm_permille=0,400,600
-step hb_mid 10 "$BENCH" -o allreduce -o allgather -a hb "${M[@]}"
-S=(-o allreduce -b 128K -e 2M -f 2 -G 10 -n 20 -w 3)
-step ll_small 10 "$BENCH" "${S[@]}" -a ll
-step hb_small 10 "$BENCH" "${S[@]}" -a hb --sweep zc_block_bytes=8K,32K
+# Session 4 (issue 7's misses): the LL kernels' packet spread (AllGather 16 KiB) with and without,
+# checked, in CUDA graphs; then the large AllGather/AllReduce paths at 1 GiB.
+step test 60 "$TEST" --case correct_ll,correct_auto,graph_replay,correct_ce,graph_ce
+S=(-b 1K -e 512K -f 4 -G 20 -n 50 -w 5 -r 3)
+step ll_spread_ag 12 "$BENCH" -o allgather -a ll "${S[@]}" --sweep ll_spread=0,1
+step ll_spread_ar 12 "$BENCH" -o allreduce -a ll "${S[@]}" --sweep ll_spread=0,1
+step ll_spread_rs 12 "$BENCH" -o reducescatter -a ll "${S[@]}" --sweep ll_spread=0,1
+L=(-b 1G -e 1G "${B[@]}")
+step ag_large 12 "$BENCH" -o allgather -a ce "${L[@]}" --sweep ce_sm_permille=0,400,1000
+step ar_large 12 "$BENCH" -o allreduce -a hb "${L[@]}"
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

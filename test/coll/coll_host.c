@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cchan_coll.h"
+#include "coll_algos.h" /* coll_ll_index */
 
 #define GUARD 19 /* elements after every output */
 #define GUARD_BYTE 0x7B
@@ -226,6 +227,45 @@ static void test_errors(cchan_coll_t *coll) {
     (void)bad;
 }
 
+/* The LL kernels' packet-to-thread map: a bijection onto [0, nblocks * nthreads) for every shape
+ * and both settings, and with ll_spread a small message lands on every block (a 16 KiB AllGather's
+ * 1024 packets on all 16 of 16 blocks of 512 threads, not on 2). */
+static void test_ll_index(void) {
+    static const uint32_t shapes[][2] = {{16, 512}, {16, 1}, {2, 1}, {32, 256}, {7, 96}, {1, 32}};
+    for (int spread = 0; spread < 2; spread++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            uint32_t nb = shapes[s][0], nt = shapes[s][1];
+            coll_args_t a;
+            memset(&a, 0, sizeof a);
+            a.ll_spread = (uint32_t)spread;
+            size_t n = (size_t)nb * nt;
+            unsigned char *seen = calloc(n, 1);
+            int bad = 0;
+            for (uint32_t b = 0; b < nb; b++)
+                for (uint32_t t = 0; t < nt; t++) {
+                    uint64_t i = coll_ll_index(&a, b, nb, t, nt);
+                    if (i >= n || seen[i]++) bad++;
+                }
+            EXPECT(bad == 0, "coll_ll_index spread=%d %ux%u: %d collisions or out of range", spread,
+                   nb, nt, bad);
+            free(seen);
+        }
+    coll_args_t a;
+    memset(&a, 0, sizeof a);
+    for (int spread = 0; spread < 2; spread++) {
+        a.ll_spread = (uint32_t)spread;
+        unsigned used = 0; /* blocks holding one of packets 0..1023 */
+        for (uint32_t b = 0; b < 16; b++)
+            for (uint32_t t = 0; t < 512; t++)
+                if (coll_ll_index(&a, b, 16, t, 512) < 1024) {
+                    used++;
+                    break;
+                }
+        EXPECT(used == (spread ? 16u : 2u), "ll_spread=%d: 1024 packets on %u of 16 blocks", spread,
+               used);
+    }
+}
+
 int main(int argc, char **argv) {
     size_t scratch = argc > 1 ? strtoull(argv[1], NULL, 0) : 0;
     size_t max_count = argc > 2 ? strtoull(argv[2], NULL, 0) : 200003;
@@ -250,6 +290,7 @@ int main(int argc, char **argv) {
     }
     CHECK(cchan_coll_create(comm, &cfg, &coll));
     test_errors(coll);
+    test_ll_index();
 
     static const size_t counts[] = {1, 2, 3, 5, 8, 17, 100, 255, 1000, 4097, 12345, 65537, 200003};
     static const cchan_coll_algo_t algos[] = {CCHAN_COLL_LL_ALLPAIRS, CCHAN_COLL_HB_ALLPAIRS,

@@ -37,6 +37,7 @@ enum {
     COLL_P_CE_LOCAL,
     COLL_P_ZC_BLOCK_BYTES,
     COLL_P_PORT_RING,
+    COLL_P_LL_SPREAD,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -52,6 +53,9 @@ static const struct coll_param_def {
      INT64_MAX},
     /* 1: registrations build PORT_RING's port channels (kept until destroy); 0: they do not */
     {"port_ring", "CCHAN_COLL_PORT_RING", 1, 0, 1},
+    /* LL kernels, 1: packets dealt to the blocks a warp at a time (every SM sends a share);
+     * 0: each block takes a contiguous run of nthreads packets (small messages use few SMs) */
+    {"ll_spread", "CCHAN_COLL_LL_SPREAD", 1, 0, 1},
 };
 
 typedef struct coll_reg {
@@ -948,6 +952,7 @@ static uint32_t coll_ring_grid(const cchan_coll_t *c, size_t bytes_per_rank) {
 static coll_args_t coll_args(const cchan_coll_t *c, const void *send, void *recv, size_t count,
                              cchan_coll_dtype_t dtype) {
     coll_args_t a = c->base;
+    a.ll_spread = (uint32_t)c->param[COLL_P_LL_SPREAD];
     a.send = (const uint8_t *)send;
     a.recv = (uint8_t *)recv;
     a.count = count;

@@ -74,6 +74,7 @@ typedef struct coll_args {
                         peer's recv; the copy engines move the rest */
     uint64_t ce_off, ce_slot; /* CE_RS: staging in scratch, two regions x source rank */
     uint32_t ce_region;       /* CE_RS: the chunk's region (chunk index parity) */
+    uint32_t ll_spread;       /* LL: packets dealt to blocks a warp at a time (coll_ll_index) */
 } coll_args_t;
 
 /* ------------------------------------------------------------------ element arithmetic
@@ -293,6 +294,19 @@ CCHAN_DEVICE_INLINE void coll_ll_end(const coll_args_t *a, uint32_t block, uint3
     if (tid == 0) a->ll_epoch[block] = flag;
 }
 
+/* The first packet a thread of an LL kernel handles (it then steps by nblocks * nthreads). With
+ * spread, consecutive warps go to consecutive blocks, so a message of a few thousand packets is
+ * sent and polled from every block's SM rather than from the first few: one SM's remote stores
+ * are what limit a small message (2xH200: a 16 KiB AllGather from 2 of 16 blocks). Any bijection
+ * onto [0, nblocks * nthreads) works here: the slots' reuse rule holds kernel by kernel (see
+ * above), not block by block. */
+CCHAN_HOST_DEVICE_INLINE uint64_t coll_ll_index(const coll_args_t *a, uint32_t block,
+                                                uint32_t nblocks, uint32_t tid,
+                                                uint32_t nthreads) {
+    if (!a->ll_spread || nthreads % 32u) return (uint64_t)block * nthreads + tid;
+    return ((uint64_t)(tid / 32u) * nblocks + block) * 32u + tid % 32u;
+}
+
 /* payload bytes starting at src, as packets into every peer's slot `slot_src` (this rank). */
 CCHAN_DEVICE_INLINE void coll_ll_put_all(const coll_args_t *a, const uint8_t *src, uint64_t bytes,
                                          uint64_t src_stride, uint32_t flag, uint64_t gtid,
@@ -313,7 +327,8 @@ CCHAN_DEVICE_INLINE void coll_ll_put_all(const coll_args_t *a, const uint8_t *sr
 CCHAN_DEVICE_INLINE int coll_ll_allreduce_body(const coll_args_t *a, int dt, uint32_t block,
                                                uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
     uint32_t flag = coll_ll_begin(a, block);
-    uint64_t gtid = (uint64_t)block * nthreads + tid, gthreads = (uint64_t)nblocks * nthreads;
+    uint64_t gtid = coll_ll_index(a, block, nblocks, tid, nthreads);
+    uint64_t gthreads = (uint64_t)nblocks * nthreads;
     uint64_t bytes = a->count * a->esize, npk = (bytes + 7) / 8;
     int r = CCHAN_OK;
     coll_ll_put_all(a, a->send, bytes, 0, flag, gtid, gthreads);
@@ -343,7 +358,8 @@ CCHAN_DEVICE_INLINE int coll_ll_allreduce_body(const coll_args_t *a, int dt, uin
 CCHAN_DEVICE_INLINE int coll_ll_allgather_body(const coll_args_t *a, uint32_t block,
                                                uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
     uint32_t flag = coll_ll_begin(a, block);
-    uint64_t gtid = (uint64_t)block * nthreads + tid, gthreads = (uint64_t)nblocks * nthreads;
+    uint64_t gtid = coll_ll_index(a, block, nblocks, tid, nthreads);
+    uint64_t gthreads = (uint64_t)nblocks * nthreads;
     uint64_t bytes = a->count * a->esize, npk = (bytes + 7) / 8;
     int r = CCHAN_OK;
     coll_ll_put_all(a, a->send, bytes, 0, flag, gtid, gthreads);
@@ -373,7 +389,8 @@ CCHAN_DEVICE_INLINE int coll_ll_reducescatter_body(const coll_args_t *a, int dt,
                                                    uint32_t nblocks, uint32_t tid,
                                                    uint32_t nthreads) {
     uint32_t flag = coll_ll_begin(a, block);
-    uint64_t gtid = (uint64_t)block * nthreads + tid, gthreads = (uint64_t)nblocks * nthreads;
+    uint64_t gtid = coll_ll_index(a, block, nblocks, tid, nthreads);
+    uint64_t gthreads = (uint64_t)nblocks * nthreads;
     uint64_t bytes = a->count * a->esize, npk = (bytes + 7) / 8;
     int r = CCHAN_OK;
     coll_ll_put_all(a, a->send, bytes, bytes, flag, gtid, gthreads);
