@@ -6,7 +6,12 @@
  * (AllGather) GB/s per direction while both GPUs send, and cchan's SM stores reach about 363 and
  * its copy-engine + SM mix 378. Which mechanism, if any, goes faster?
  *
- *   cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING]
+ *   cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING] [--procs [--touch-peer] [--one-buf]]
+ *
+ * --procs runs one process per GPU (fork+exec before CUDA starts, buffers shared with legacy IPC,
+ * as cchan and MSCCL++ run); --touch-peer then also makes each process create a context on the
+ * other GPU; --one-buf puts each GPU's source and destination in one allocation (its two halves,
+ * the way an in-place AllGather's registered buffer holds both).
  *
  * Mechanisms (each GPU moves N MiB, default 512, from its buffer into the peer's, or the reverse):
  *   ce-push Lx    cudaMemcpyAsync local -> peer, split over L streams
@@ -27,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -221,55 +228,7 @@ static double run_once(const mech_t *m, size_t bytes, int senders) {
     return (double)bytes / (worst * 1e-3) / 1e9;
 }
 
-int main(int argc, char **argv) {
-    size_t mib = 512;
-    int reps = 5;
-    const char *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else {
-            fprintf(stderr, "usage: cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING]\n");
-            return 2;
-        }
-    }
-    if (reps < 1 || reps > 100 || mib < 1) return 2;
-    int n = 0, p01 = 0, p10 = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
-        printf("bw-probe: needs two GPUs, found %d: skipped\n", n);
-        return 77;
-    }
-    CK(cudaDeviceCanAccessPeer(&p01, 0, 1));
-    CK(cudaDeviceCanAccessPeer(&p10, 1, 0));
-    if (!p01 || !p10) {
-        printf("bw-probe: GPUs 0 and 1 have no peer access: skipped\n");
-        return 77;
-    }
-    size_t bytes = mib << 20;
-    for (int i = 0; i < 2; i++) {
-        gpu_t *a = &g[i];
-        a->dev = i;
-        CK(cudaSetDevice(i));
-        CK(cudaDeviceEnablePeerAccess(1 - i, 0));
-        CK(cudaMalloc(&a->src, bytes));
-        CK(cudaMalloc(&a->dst, bytes));
-        CK(cudaMemset(a->src, 0x11 * (i + 1), bytes));
-        CK(cudaStreamCreateWithFlags(&a->main, cudaStreamNonBlocking));
-        for (int l = 0; l < MAX_LANES; l++) {
-            CK(cudaStreamCreateWithFlags(&a->lane[l], cudaStreamNonBlocking));
-            CK(cudaEventCreateWithFlags(&a->join[l], cudaEventDisableTiming));
-        }
-        CK(cudaEventCreateWithFlags(&a->fork, cudaEventDisableTiming));
-        CK(cudaEventCreate(&a->t0));
-        CK(cudaEventCreate(&a->t1));
-        CK(cudaFuncSetAttribute(tma_copy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                TMA_STAGES * TMA_CHUNK));
-    }
-    CK(cudaHostAlloc((void **)&h_go, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
-    CK(cudaHostGetDevicePointer((void **)&d_go, (void *)h_go, 0));
-
-    mech_t ms[64];
+static int build_mechs(mech_t *ms) {
     int nm = 0;
 #define ADD(K, A, A2, ...)                                                                         \
     do {                                                                                           \
@@ -288,31 +247,241 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 4; b++) ADD(SM_PULL, blocks[b], 0, "sm-pull %d", blocks[b]);
     static const int tblocks[] = {16, 32, 66, 132};
     for (int b = 0; b < 4; b++) ADD(TMA_PUSH, tblocks[b], 0, "tma-push %d", tblocks[b]);
-    static const int pm[] = {300, 400, 500};
-    for (int p = 0; p < 3; p++) ADD(MIX, pm[p], 66, "mix %d/66", pm[p]);
-    for (int p = 0; p < 3; p++) ADD(MIX, pm[p], 132, "mix %d/132", pm[p]);
+    static const int pm[] = {100, 200, 300, 400, 500};
+    for (int p = 0; p < 5; p++) ADD(MIX, pm[p], 66, "mix %d/66", pm[p]);
+    for (int p = 0; p < 5; p++) ADD(MIX, pm[p], 132, "mix %d/132", pm[p]);
     ADD(MIX, 400, 32, "mix 400/32");
+#undef ADD
+    return nm;
+}
 
-    char dn[256];
+static double median(double *r, int n) {
+    qsort(r, (size_t)n, sizeof *r, cmp_d);
+    return r[n / 2];
+}
+
+/* ---- two processes: handles, "go" tokens and times travel through pipes */
+static void xwrite(int fd, const void *p, size_t n) {
+    if (write(fd, p, n) != (ssize_t)n) {
+        perror("bw-probe: write");
+        exit(2);
+    }
+}
+static void xread(int fd, void *p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (char *)p + got, n - got);
+        if (k <= 0) {
+            fprintf(stderr, "bw-probe: peer process went away\n");
+            exit(2);
+        }
+        got += (size_t)k;
+    }
+}
+
+typedef struct opts {
+    size_t mib;
+    int reps, touch_peer, one_buf;
+    const char *only;
+} opts_t;
+
+static void setup_gpu(gpu_t *a, int dev, size_t bytes, int one_buf, int slot) {
+    a->dev = dev;
+    CK(cudaSetDevice(dev));
+    if (one_buf) { /* [slot 0 | slot 1]: src is this GPU's half, dst the whole (offset by caller) */
+        CK(cudaMalloc(&a->src, 2 * bytes));
+        a->dst = a->src;
+        a->src += (size_t)slot * bytes;
+    } else {
+        CK(cudaMalloc(&a->src, bytes));
+        CK(cudaMalloc(&a->dst, bytes));
+    }
+    CK(cudaMemset(a->src, 0x11 * (dev + 1), bytes));
+    CK(cudaStreamCreateWithFlags(&a->main, cudaStreamNonBlocking));
+    for (int l = 0; l < MAX_LANES; l++) {
+        CK(cudaStreamCreateWithFlags(&a->lane[l], cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&a->join[l], cudaEventDisableTiming));
+    }
+    CK(cudaEventCreateWithFlags(&a->fork, cudaEventDisableTiming));
+    CK(cudaEventCreate(&a->t0));
+    CK(cudaEventCreate(&a->t1));
+    CK(cudaFuncSetAttribute(tma_copy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            TMA_STAGES * TMA_CHUNK));
+}
+
+static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
+    size_t bytes = o->mib << 20;
+    if (o->touch_peer) { /* a context of this process on the other GPU too */
+        CK(cudaSetDevice(1 - rank));
+        CK(cudaFree(0));
+    }
+    gpu_t *a = &g[rank], *b = &g[1 - rank];
+    setup_gpu(a, rank, bytes, o->one_buf, rank);
+    /* the peer's buffers, mapped here: b->src for pulls, b->dst for pushes */
+    cudaIpcMemHandle_t h[2], ph[2];
+    CK(cudaIpcGetMemHandle(&h[0], o->one_buf ? a->dst : a->src));
+    CK(cudaIpcGetMemHandle(&h[1], a->dst));
+    xwrite(wfd, h, sizeof h);
+    xread(rfd, ph, sizeof ph);
+    uint8_t *psrc, *pdst;
+    CK(cudaIpcOpenMemHandle((void **)&psrc, ph[0], cudaIpcMemLazyEnablePeerAccess));
+    if (o->one_buf) {
+        pdst = psrc;
+        psrc += (size_t)(1 - rank) * bytes;
+    } else {
+        CK(cudaIpcOpenMemHandle((void **)&pdst, ph[1], cudaIpcMemLazyEnablePeerAccess));
+    }
+    b->dev = 1 - rank;
+    b->src = psrc;
+    b->dst = pdst;
+    if (o->one_buf) { /* pushes land in the peer's slot of this rank, pulls in our own slot of it */
+        b->dst += (size_t)rank * bytes;
+        a->dst += (size_t)(1 - rank) * bytes;
+    }
+    CK(cudaSetDevice(rank));
+    CK(cudaDeviceSynchronize());
+    mech_t ms[64];
+    int nm = build_mechs(ms);
+    double *r = (double *)malloc(sizeof(double) * (size_t)o->reps);
+    if (rank == 0)
+        printf("# two processes, one GPU each (legacy IPC)%s%s\n",
+               o->touch_peer ? ", each with a context on the other GPU too" : "",
+               o->one_buf ? ", source and destination in one allocation" : "");
+    for (int k = 0; k < nm; k++) {
+        if (o->only && !strstr(ms[k].name, o->only)) continue;
+        double med[2];
+        for (int senders = 1; senders <= 2; senders++) {
+            for (int i = -1; i < o->reps; i++) { /* i = -1: warm-up */
+                char tok = 'g';
+                xwrite(wfd, &tok, 1);
+                xread(rfd, &tok, 1);
+                float ms_ = 0;
+                if (rank < senders) {
+                    CK(cudaEventRecord(a->t0, a->main));
+                    enqueue(&ms[k], rank, bytes);
+                    CK(cudaEventRecord(a->t1, a->main));
+                    CK(cudaEventSynchronize(a->t1));
+                    CK(cudaEventElapsedTime(&ms_, a->t0, a->t1));
+                }
+                float pms;
+                xwrite(wfd, &ms_, sizeof ms_);
+                xread(rfd, &pms, sizeof pms);
+                if (pms > ms_) ms_ = pms;
+                if (i >= 0) r[i] = (double)bytes / (ms_ * 1e-3) / 1e9;
+            }
+            med[senders - 1] = median(r, o->reps);
+        }
+        if (rank == 0) printf("  %-14s %12.1f %12.1f\n", ms[k].name, med[0], med[1]);
+        fflush(stdout);
+    }
+    char tok = 'e';
+    xwrite(wfd, &tok, 1); /* the peer may still copy from our buffers: unmap after both are done */
+    xread(rfd, &tok, 1);
+    free(r);
+    return 0;
+}
+
+static int run_procs(const char *self, const opts_t *o) {
+    int p01[2], p10[2];
+    if (pipe(p01) || pipe(p10)) return perror("bw-probe: pipe"), 2;
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        pid[r] = fork();
+        if (pid[r] < 0) return perror("bw-probe: fork"), 2;
+        if (pid[r] == 0) { /* no CUDA in the parent: exec a fresh process per GPU */
+            char rs[8], rf[16], wf[16], mb[24], rp[16];
+            snprintf(rs, sizeof rs, "%d", r);
+            snprintf(rf, sizeof rf, "%d", r == 0 ? p10[0] : p01[0]);
+            snprintf(wf, sizeof wf, "%d", r == 0 ? p01[1] : p10[1]);
+            snprintf(mb, sizeof mb, "%zu", o->mib);
+            snprintf(rp, sizeof rp, "%d", o->reps);
+            const char *av[16];
+            int n = 0;
+            av[n++] = self, av[n++] = "--rank", av[n++] = rs, av[n++] = rf, av[n++] = wf;
+            av[n++] = "--mib", av[n++] = mb, av[n++] = "--reps", av[n++] = rp;
+            if (o->only) av[n++] = "--only", av[n++] = o->only;
+            if (o->touch_peer) av[n++] = "--touch-peer";
+            if (o->one_buf) av[n++] = "--one-buf";
+            av[n] = NULL;
+            execv(self, (char *const *)av);
+            perror("bw-probe: exec");
+            _exit(2);
+        }
+    }
+    close(p01[0]), close(p01[1]), close(p10[0]), close(p10[1]);
+    int rc = 0;
+    for (int r = 0; r < 2; r++) {
+        int status = 0;
+        waitpid(pid[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status)) rc = 2;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    opts_t o = {512, 5, 0, 0, NULL};
+    int procs = 0, rank = -1, rfd = -1, wfd = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc) o.mib = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) o.only = argv[++i];
+        else if (!strcmp(argv[i], "--procs")) procs = 1;
+        else if (!strcmp(argv[i], "--touch-peer")) o.touch_peer = 1;
+        else if (!strcmp(argv[i], "--one-buf")) o.one_buf = 1;
+        else if (!strcmp(argv[i], "--rank") && i + 3 < argc) {
+            rank = atoi(argv[++i]);
+            rfd = atoi(argv[++i]);
+            wfd = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING] "
+                            "[--procs [--touch-peer] [--one-buf]]\n");
+            return 2;
+        }
+    }
+    if (o.reps < 1 || o.reps > 100 || o.mib < 1) return 2;
+    if (rank >= 0) return run_rank(rank, rfd, wfd, &o);
+    if (procs) return run_procs(argv[0], &o);
+    int n = 0, p01 = 0, p10 = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+        printf("bw-probe: needs two GPUs, found %d: skipped\n", n);
+        return 77;
+    }
+    CK(cudaDeviceCanAccessPeer(&p01, 0, 1));
+    CK(cudaDeviceCanAccessPeer(&p10, 1, 0));
+    if (!p01 || !p10) {
+        printf("bw-probe: GPUs 0 and 1 have no peer access: skipped\n");
+        return 77;
+    }
+    size_t bytes = o.mib << 20;
+    for (int i = 0; i < 2; i++) {
+        setup_gpu(&g[i], i, bytes, o.one_buf, i);
+        CK(cudaDeviceEnablePeerAccess(1 - i, 0));
+    }
+    if (o.one_buf) /* GPU i pushes into slot i of the peer's buffer and pulls into its own slot 1-i */
+        for (int i = 0; i < 2; i++) g[i].dst += (size_t)(1 - i) * bytes;
+    CK(cudaHostAlloc((void **)&h_go, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    CK(cudaHostGetDevicePointer((void **)&d_go, (void *)h_go, 0));
+
+    mech_t ms[64];
+    int nm = build_mechs(ms);
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    snprintf(dn, sizeof dn, "%s", prop.name);
-    printf("# cchan-bw-probe: %s x2, %zu MiB per GPU per direction, median of %d\n", dn, mib, reps);
+    printf("# cchan-bw-probe: %s x2, %zu MiB per GPU per direction, median of %d\n", prop.name,
+           o.mib, o.reps);
     printf("# %-14s %12s %12s\n", "mechanism", "one GB/s", "both GB/s");
-    double *r = (double *)malloc(sizeof(double) * (size_t)reps);
+    double *r = (double *)malloc(sizeof(double) * (size_t)o.reps);
     for (int k = 0; k < nm; k++) {
-        if (only && !strstr(ms[k].name, only)) continue;
+        if (o.only && !strstr(ms[k].name, o.only)) continue;
         double med[2];
         for (int senders = 1; senders <= 2; senders++) {
             (void)run_once(&ms[k], bytes, senders); /* warm-up */
-            for (int i = 0; i < reps; i++) r[i] = run_once(&ms[k], bytes, senders);
-            qsort(r, (size_t)reps, sizeof *r, cmp_d);
-            med[senders - 1] = r[reps / 2];
+            for (int i = 0; i < o.reps; i++) r[i] = run_once(&ms[k], bytes, senders);
+            med[senders - 1] = median(r, o.reps);
         }
         printf("  %-14s %12.1f %12.1f\n", ms[k].name, med[0], med[1]);
         fflush(stdout);
     }
-    /* correctness of the last copies: GPU 1's dst holds GPU 0's pattern */
+    /* correctness of the last copies: GPU 1's destination holds GPU 0's pattern */
     uint8_t probe[64];
     CK(cudaSetDevice(1));
     CK(cudaMemcpy(probe, g[1].dst + bytes - sizeof probe, sizeof probe, cudaMemcpyDeviceToHost));

@@ -6,7 +6,9 @@
 #
 #   scripts/device-bwprobe.sh            (from the repository root; logs under $OUT)
 #
-# Environment: PROBE_ARGS (extra arguments, e.g. "--mib 1024 --only tma").
+# Environment: PROBE_RUNS (argument sets separated by '|', one run each; default: every mechanism
+# in one process, then the copy engines and mixes in two processes, with and without a context on
+# the peer GPU, and with source and destination in one allocation).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp}
@@ -19,7 +21,11 @@ nvcc -O3 -std=c++17 -arch=sm_90 bench/bw_probe.cu -o "$bin" >"$OUT/bwprobe-build
     { tail -20 "$OUT/bwprobe-build.log"; echo "SUMMARY bwprobe: build FAILED"; exit 2; }
 nvidia-smi -L
 rc=0
-# shellcheck disable=SC2086
-timeout 120 "$bin" ${PROBE_ARGS:-} || rc=$?
+IFS='|' read -r -a runs <<<"${PROBE_RUNS:- |--procs --only ce-|--procs --only mix|--procs --touch-peer --only ce-push|--procs --one-buf --only ce-push|--one-buf --only ce-push}"
+for args in "${runs[@]}"; do
+    echo "== cchan-bw-probe $args"
+    # shellcheck disable=SC2086
+    timeout 120 "$bin" $args || rc=$?
+done
 echo "SUMMARY bwprobe: rc=$rc"
 exit $rc

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
-#   1. test_coll_gpu: the LL, automatic, graph-replay and CE all-pairs cases;
-#   2. cchan-coll-bench, NCCL measured in the same run: the LL kernels with ll_spread=0 and 1
-#      (AllGather, AllReduce, ReduceScatter, 1 KiB..512 KiB, CUDA graphs, checked), then CE
-#      all-pairs AllGather (three SM shares) and HB AllReduce at 1 GiB.
+#   1. test_coll_gpu: the LL, HB, zero-copy, automatic, graph-replay and CE all-pairs cases;
+#   2. cchan-coll-bench, NCCL measured in the same run: every kernel with and without programmatic
+#      dependent launches (pdl; LL sizes 1 KiB..256 KiB and 1-4 MiB, CUDA graphs, checked), then
+#      CE all-pairs AllGather at 1 GiB with the copy engines alone (1, 2, 4 lanes) and with four
+#      SM shares.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -75,16 +76,17 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 4 (issue 7's misses): the LL kernels' packet spread (AllGather 16 KiB) with and without,
-# checked, in CUDA graphs; then the large AllGather/AllReduce paths at 1 GiB.
-step test 60 "$TEST" --case correct_ll,correct_auto,graph_replay,correct_ce,graph_ce
-S=(-b 1K -e 512K -f 4 -G 20 -n 50 -w 5 -r 3)
-step ll_spread_ag 12 "$BENCH" -o allgather -a ll "${S[@]}" --sweep ll_spread=0,1
-step ll_spread_ar 12 "$BENCH" -o allreduce -a ll "${S[@]}" --sweep ll_spread=0,1
-step ll_spread_rs 12 "$BENCH" -o reducescatter -a ll "${S[@]}" --sweep ll_spread=0,1
+# Session 4 (issue 7's misses): programmatic dependent launches (pdl) for the small sizes and
+# 1 MiB, checked, in CUDA graphs; the copy engines alone and with the SMs for AllGather at 1 GiB.
+step test 60 "$TEST" --case correct_ll,correct_auto,graph_replay,correct_hb,correct_zc,correct_ce,graph_ce
+S=(-b 1K -e 256K -f 4 -G 20 -n 50 -w 5 -r 3)
+step pdl_ag 12 "$BENCH" -o allgather -a ll "${S[@]}" --sweep pdl=0,1
+step pdl_ar 12 "$BENCH" -o allreduce -a ll "${S[@]}" --sweep pdl=0,1
+step pdl_rs 12 "$BENCH" -o reducescatter -a ll "${S[@]}" --sweep pdl=0,1
+step pdl_1m 12 "$BENCH" -o allreduce -o allgather -b 1M -e 4M -f 4 -G 20 -n 50 -w 5 -r 3 --sweep pdl=0,1
 L=(-b 1G -e 1G "${B[@]}")
-step ag_large 12 "$BENCH" -o allgather -a ce "${L[@]}" --sweep ce_sm_permille=0,400,1000
-step ar_large 12 "$BENCH" -o allreduce -a hb "${L[@]}"
+step ag_ce 14 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_sm_permille=0 -T ce_local=0 --sweep ce_lanes=1,2,4
+step ag_mix 14 "$BENCH" -o allgather -a ce "${L[@]}" --sweep ce_sm_permille=100,200,300,400
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -38,6 +38,7 @@ enum {
     COLL_P_ZC_BLOCK_BYTES,
     COLL_P_PORT_RING,
     COLL_P_LL_SPREAD,
+    COLL_P_PDL,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -56,6 +57,8 @@ static const struct coll_param_def {
     /* LL kernels, 1: packets dealt to the blocks a warp at a time (every SM sends a share);
      * 0: each block takes a contiguous run of nthreads packets (small messages use few SMs) */
     {"ll_spread", "CCHAN_COLL_LL_SPREAD", 1, 0, 1},
+    /* 1: kernels launch as programmatic dependents of the stream's previous kernel (sm_90+) */
+    {"pdl", "CCHAN_COLL_PDL", 1, 0, 1},
 };
 
 typedef struct coll_reg {
@@ -718,8 +721,8 @@ static int coll_run_host(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_ar
 static int coll_run(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a,
                     uint32_t nblocks, void *stream, const char *where) {
     if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, k, dt, a, nblocks, where);
-    int st = colli_cuda_launch(c->device, k, dt, a, nblocks, c->nthreads, stream);
-    return st;
+    return colli_cuda_launch(c->device, k, dt, a, nblocks, c->nthreads,
+                             (int)c->param[COLL_P_PDL], stream);
 }
 
 /* HB grid: one block per COLL_HB_BYTES_PER_BLOCK of what a round moves per rank, within limits. */
@@ -749,7 +752,8 @@ static uint32_t coll_zc_grid(const cchan_coll_t *c, size_t bytes) {
 static int coll_run_barrier(cchan_coll_t *c, const coll_args_t *a, void *stream,
                             const char *where) {
     if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, COLL_K_BARRIER, 0, a, 1, where);
-    return colli_cuda_launch(c->device, COLL_K_BARRIER, 0, a, 1, 32, stream);
+    return colli_cuda_launch(c->device, COLL_K_BARRIER, 0, a, 1, 32, (int)c->param[COLL_P_PDL],
+                             stream);
 }
 
 /* Copy-engine lane `lane` waits for what `stream` has enqueued so far (*forked: lanes to join). */

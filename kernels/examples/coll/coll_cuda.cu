@@ -9,40 +9,61 @@
 
 #define COLL_KERNEL_BOUNDS __launch_bounds__(512)
 
+/* Programmatic dependent launch (sm_90; a no-op elsewhere and when a kernel was launched without
+ * the attribute). Every kernel first lets the stream's next kernel begin launching (it can only
+ * start once every block of this one is resident, so cross-block and cross-rank waits stay safe),
+ * then waits for the previous kernel's completion and memory before touching anything: a chain of
+ * collectives in a CUDA graph overlaps each launch with the previous kernel's tail. */
+__device__ static inline void coll_pdl_enter(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #define COLL_DEFINE_KERNELS(DT, suffix)                                                            \
     __global__ void COLL_KERNEL_BOUNDS k_ll_allreduce_##suffix(                                    \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_ll_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_ll_reducescatter_##suffix(                                \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_ll_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_hb_allreduce_##suffix(                                    \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_hb_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_hb_reducescatter_##suffix(                                \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_hb_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_zc_allreduce_##suffix(                                    \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_zc_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_ring_allreduce_##suffix(                                  \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_ring_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);    \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_switch_allreduce_##suffix(                                \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_switch_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_ce_rs_##suffix(const __grid_constant__ coll_args_t a) {   \
+        coll_pdl_enter();                                                                          \
         (void)coll_ce_rs_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);             \
     }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_ring_reducescatter_##suffix(                              \
         const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
         (void)coll_ring_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x,             \
                                            blockDim.x);                                            \
     }
@@ -54,19 +75,24 @@ COLL_DEFINE_KERNELS(COLL_BF16, bf16)
 
 /* AllGather moves bytes: one kernel for every dtype. */
 __global__ void COLL_KERNEL_BOUNDS k_ll_allgather(const __grid_constant__ coll_args_t a) {
+    coll_pdl_enter();
     (void)coll_ll_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 __global__ void COLL_KERNEL_BOUNDS k_hb_allgather(const __grid_constant__ coll_args_t a) {
+    coll_pdl_enter();
     (void)coll_hb_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 __global__ void COLL_KERNEL_BOUNDS k_ring_allgather(const __grid_constant__ coll_args_t a) {
+    coll_pdl_enter();
     (void)coll_ring_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
 __global__ void COLL_KERNEL_BOUNDS k_barrier(const __grid_constant__ coll_args_t a) {
+    coll_pdl_enter();
     (void)coll_barrier_body(&a, threadIdx.x);
 }
 __global__ void COLL_KERNEL_BOUNDS k_ag_push(const __grid_constant__ coll_args_t a) {
+    coll_pdl_enter();
     (void)coll_ag_push_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
@@ -148,13 +174,36 @@ int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t byt
                             : coll_cuda_fail(e, "cchan_coll_create", "cudaMemcpy of device state");
 }
 
+/* Compute capability major of `device`, looked up once (0: unknown). */
+static int coll_sm_major(int device) {
+    static int major[64];
+    if (device < 0 || device >= 64) return 0;
+    int m = __atomic_load_n(&major[device], __ATOMIC_RELAXED);
+    if (m == 0 && cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device) ==
+                      cudaSuccess)
+        __atomic_store_n(&major[device], m, __ATOMIC_RELAXED);
+    return m;
+}
+
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
-                      uint32_t nblocks, uint32_t nthreads, void *stream) {
+                      uint32_t nblocks, uint32_t nthreads, int pdl, void *stream) {
     coll_kernel_fn fn = coll_cuda_kernel(k, dtype);
     if (!fn) return colli_error(CCHAN_ERR_INTERNAL, "cchan_coll", "no kernel %d", (int)k);
     coll_device_scope_t s;
     cudaError_t e = coll_enter(device, &s);
-    if (e == cudaSuccess) {
+    if (e == cudaSuccess && pdl && coll_sm_major(device) >= 9) {
+        /* a programmatic dependent of the stream's previous kernel (coll_pdl_enter) */
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3(nblocks);
+        cfg.blockDim = dim3(nthreads);
+        cfg.stream = (cudaStream_t)stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, fn, *args);
+    } else if (e == cudaSuccess) {
         fn<<<nblocks, nthreads, 0, (cudaStream_t)stream>>>(*args);
         e = cudaGetLastError();
     }

@@ -34,7 +34,7 @@ int colli_cuda_alloc(int device, size_t bytes, void **out);
 int colli_cuda_free(int device, void *ptr);
 int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t bytes);
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
-                      uint32_t nblocks, uint32_t nthreads, void *stream);
+                      uint32_t nblocks, uint32_t nthreads, int pdl, void *stream);
 
 /* Copy-engine copies on side streams of the caller's stream (CE all-pairs). fork: `lane` waits
  * for the work enqueued on `stream` so far; copy: a cudaMemcpyAsync on the lane (peer memory

@@ -18,8 +18,9 @@ int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t byt
     return coll_no_cuda();
 }
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
-                      uint32_t nblocks, uint32_t nthreads, void *stream) {
-    (void)device, (void)k, (void)dtype, (void)args, (void)nblocks, (void)nthreads, (void)stream;
+                      uint32_t nblocks, uint32_t nthreads, int pdl, void *stream) {
+    (void)device, (void)k, (void)dtype, (void)args, (void)nblocks, (void)nthreads, (void)pdl;
+    (void)stream;
     return coll_no_cuda();
 }
 int colli_ce_create(int device, colli_ce_t **out) {
