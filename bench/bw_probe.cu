@@ -6,8 +6,11 @@
  * (AllGather) GB/s per direction while both GPUs send, and cchan's SM stores reach about 363 and
  * its copy-engine + SM mix 378. Which mechanism, if any, goes faster?
  *
- *   cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING] [--procs [--touch-peer] [--one-buf]]
+ *   cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING] [--pad BYTES]
+ *                  [--procs [--touch-peer] [--one-buf]]
  *
+ * --pad allocates every buffer BYTES larger than it moves: cudaMalloc maps a size that is not a
+ * whole number of 2 MiB with small pages, which slows copy-engine copies while both GPUs send.
  * --procs runs one process per GPU (fork+exec before CUDA starts, buffers shared with legacy IPC,
  * as cchan and MSCCL++ run); --touch-peer then also makes each process create a context on the
  * other GPU; --one-buf puts each GPU's source and destination in one allocation (its two halves,
@@ -280,21 +283,21 @@ static void xread(int fd, void *p, size_t n) {
 }
 
 typedef struct opts {
-    size_t mib;
+    size_t mib, pad;
     int reps, touch_peer, one_buf;
     const char *only;
 } opts_t;
 
-static void setup_gpu(gpu_t *a, int dev, size_t bytes, int one_buf, int slot) {
+static void setup_gpu(gpu_t *a, int dev, size_t bytes, size_t pad, int one_buf, int slot) {
     a->dev = dev;
     CK(cudaSetDevice(dev));
     if (one_buf) { /* [slot 0 | slot 1]: src is this GPU's half, dst the whole (offset by caller) */
-        CK(cudaMalloc(&a->src, 2 * bytes));
+        CK(cudaMalloc(&a->src, 2 * bytes + pad));
         a->dst = a->src;
         a->src += (size_t)slot * bytes;
     } else {
-        CK(cudaMalloc(&a->src, bytes));
-        CK(cudaMalloc(&a->dst, bytes));
+        CK(cudaMalloc(&a->src, bytes + pad));
+        CK(cudaMalloc(&a->dst, bytes + pad));
     }
     CK(cudaMemset(a->src, 0x11 * (dev + 1), bytes));
     CK(cudaStreamCreateWithFlags(&a->main, cudaStreamNonBlocking));
@@ -316,7 +319,7 @@ static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
         CK(cudaFree(0));
     }
     gpu_t *a = &g[rank], *b = &g[1 - rank];
-    setup_gpu(a, rank, bytes, o->one_buf, rank);
+    setup_gpu(a, rank, bytes, o->pad, o->one_buf, rank);
     /* the peer's buffers, mapped here: b->src for pulls, b->dst for pushes */
     cudaIpcMemHandle_t h[2], ph[2];
     CK(cudaIpcGetMemHandle(&h[0], o->one_buf ? a->dst : a->src));
@@ -344,9 +347,9 @@ static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
     int nm = build_mechs(ms);
     double *r = (double *)malloc(sizeof(double) * (size_t)o->reps);
     if (rank == 0)
-        printf("# two processes, one GPU each (legacy IPC)%s%s\n",
+        printf("# two processes, one GPU each (legacy IPC)%s%s, buffers padded by %zu bytes\n",
                o->touch_peer ? ", each with a context on the other GPU too" : "",
-               o->one_buf ? ", source and destination in one allocation" : "");
+               o->one_buf ? ", source and destination in one allocation" : "", o->pad);
     for (int k = 0; k < nm; k++) {
         if (o->only && !strstr(ms[k].name, o->only)) continue;
         double med[2];
@@ -389,16 +392,18 @@ static int run_procs(const char *self, const opts_t *o) {
         pid[r] = fork();
         if (pid[r] < 0) return perror("bw-probe: fork"), 2;
         if (pid[r] == 0) { /* no CUDA in the parent: exec a fresh process per GPU */
-            char rs[8], rf[16], wf[16], mb[24], rp[16];
+            char rs[8], rf[16], wf[16], mb[24], rp[16], pd[24];
             snprintf(rs, sizeof rs, "%d", r);
             snprintf(rf, sizeof rf, "%d", r == 0 ? p10[0] : p01[0]);
             snprintf(wf, sizeof wf, "%d", r == 0 ? p01[1] : p10[1]);
             snprintf(mb, sizeof mb, "%zu", o->mib);
+            snprintf(pd, sizeof pd, "%zu", o->pad);
             snprintf(rp, sizeof rp, "%d", o->reps);
-            const char *av[16];
+            const char *av[20];
             int n = 0;
             av[n++] = self, av[n++] = "--rank", av[n++] = rs, av[n++] = rf, av[n++] = wf;
             av[n++] = "--mib", av[n++] = mb, av[n++] = "--reps", av[n++] = rp;
+            av[n++] = "--pad", av[n++] = pd;
             if (o->only) av[n++] = "--only", av[n++] = o->only;
             if (o->touch_peer) av[n++] = "--touch-peer";
             if (o->one_buf) av[n++] = "--one-buf";
@@ -419,12 +424,13 @@ static int run_procs(const char *self, const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {512, 5, 0, 0, NULL};
+    opts_t o = {512, 0, 5, 0, 0, NULL};
     int procs = 0, rank = -1, rfd = -1, wfd = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mib") && i + 1 < argc) o.mib = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) o.only = argv[++i];
+        else if (!strcmp(argv[i], "--pad") && i + 1 < argc) o.pad = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--procs")) procs = 1;
         else if (!strcmp(argv[i], "--touch-peer")) o.touch_peer = 1;
         else if (!strcmp(argv[i], "--one-buf")) o.one_buf = 1;
@@ -434,7 +440,7 @@ int main(int argc, char **argv) {
             wfd = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING] "
-                            "[--procs [--touch-peer] [--one-buf]]\n");
+                            "[--pad BYTES] [--procs [--touch-peer] [--one-buf]]\n");
             return 2;
         }
     }
@@ -454,7 +460,7 @@ int main(int argc, char **argv) {
     }
     size_t bytes = o.mib << 20;
     for (int i = 0; i < 2; i++) {
-        setup_gpu(&g[i], i, bytes, o.one_buf, i);
+        setup_gpu(&g[i], i, bytes, o.pad, o.one_buf, i);
         CK(cudaDeviceEnablePeerAccess(1 - i, 0));
     }
     if (o.one_buf) /* GPU i pushes into slot i of the peer's buffer and pulls into its own slot 1-i */
@@ -466,8 +472,9 @@ int main(int argc, char **argv) {
     int nm = build_mechs(ms);
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("# cchan-bw-probe: %s x2, %zu MiB per GPU per direction, median of %d\n", prop.name,
-           o.mib, o.reps);
+    printf("# cchan-bw-probe: %s x2, %zu MiB per GPU per direction, median of %d, buffers padded "
+           "by %zu bytes\n",
+           prop.name, o.mib, o.reps, o.pad);
     printf("# %-14s %12s %12s\n", "mechanism", "one GB/s", "both GB/s");
     double *r = (double *)malloc(sizeof(double) * (size_t)o.reps);
     for (int k = 0; k < nm; k++) {

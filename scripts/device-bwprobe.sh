@@ -7,8 +7,9 @@
 #   scripts/device-bwprobe.sh            (from the repository root; logs under $OUT)
 #
 # Environment: PROBE_RUNS (argument sets separated by '|', one run each; default: every mechanism
-# in one process, then the copy engines and mixes in two processes, with and without a context on
-# the peer GPU, and with source and destination in one allocation).
+# in one process; copy engines and SM stores with buffers 4 KiB larger than the bytes moved (not a
+# whole number of 2 MiB: small pages); copy engines and mixes in two processes, with and without
+# that padding).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp}
@@ -21,7 +22,7 @@ nvcc -O3 -std=c++17 -arch=sm_90 bench/bw_probe.cu -o "$bin" >"$OUT/bwprobe-build
     { tail -20 "$OUT/bwprobe-build.log"; echo "SUMMARY bwprobe: build FAILED"; exit 2; }
 nvidia-smi -L
 rc=0
-IFS='|' read -r -a runs <<<"${PROBE_RUNS:- |--procs --only ce-|--procs --only mix|--procs --touch-peer --only ce-push|--procs --one-buf --only ce-push|--one-buf --only ce-push}"
+IFS='|' read -r -a runs <<<"${PROBE_RUNS:- |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push|--procs --only mix}"
 for args in "${runs[@]}"; do
     echo "== cchan-bw-probe $args"
     # shellcheck disable=SC2086

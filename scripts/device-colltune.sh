@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
-#   1. test_coll_gpu: the LL, HB, zero-copy, automatic, graph-replay and CE all-pairs cases;
-#   2. cchan-coll-bench, NCCL measured in the same run: every kernel with and without programmatic
-#      dependent launches (pdl; LL sizes 1 KiB..256 KiB and 1-4 MiB, CUDA graphs, checked), then
-#      CE all-pairs AllGather at 1 GiB with the copy engines alone (1, 2, 4 lanes) and with four
-#      SM shares.
+#   1. test_coll_gpu: the CE all-pairs, automatic and HB cases;
+#   2. cchan-coll-bench at 1 GiB, NCCL measured in the same run: HB AllReduce and AllGather and CE
+#      all-pairs AllGather (two SM shares), with buffers a whole number of 2 MiB and 4 KiB past
+#      it (--alloc-pad), twice.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -16,7 +15,7 @@ cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-ranks.sh
 OUT=${OUT:-/tmp}
 BUILD=${BUILD:-build-colltune-dev}
-BUDGET=${BUDGET:-145}
+BUDGET=${BUDGET:-160}
 LOG=$OUT/colltune
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
@@ -76,17 +75,17 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 4 (issue 7's misses): programmatic dependent launches (pdl) for the small sizes and
-# 1 MiB, checked, in CUDA graphs; the copy engines alone and with the SMs for AllGather at 1 GiB.
-step test 60 "$TEST" --case correct_ll,correct_auto,graph_replay,correct_hb,correct_zc,correct_ce,graph_ce
-S=(-b 1K -e 256K -f 4 -G 20 -n 50 -w 5 -r 3)
-step pdl_ag 12 "$BENCH" -o allgather -a ll "${S[@]}" --sweep pdl=0,1
-step pdl_ar 12 "$BENCH" -o allreduce -a ll "${S[@]}" --sweep pdl=0,1
-step pdl_rs 12 "$BENCH" -o reducescatter -a ll "${S[@]}" --sweep pdl=0,1
-step pdl_1m 12 "$BENCH" -o allreduce -o allgather -b 1M -e 4M -f 4 -G 20 -n 50 -w 5 -r 3 --sweep pdl=0,1
+# Session 4 (issue 7's misses): what the buffers' page size does to each large path. The same 1 GiB
+# AllReduce and AllGather (HB; CE all-pairs AllGather copy engines alone and with 40% on the SMs)
+# with the bench's buffers a whole number of 2 MiB and 4 KiB past it, twice, interleaved.
+step test 60 "$TEST" --case correct_ce,graph_ce,correct_auto,correct_hb
 L=(-b 1G -e 1G "${B[@]}")
-step ag_ce 14 "$BENCH" -o allgather -a ce "${L[@]}" -T ce_sm_permille=0 -T ce_local=0 --sweep ce_lanes=1,2,4
-step ag_mix 14 "$BENCH" -o allgather -a ce "${L[@]}" --sweep ce_sm_permille=100,200,300,400
+for k in 1 2; do
+    for pad in 0 4K; do
+        step hb_pad${pad}_$k 12 "$BENCH" -o allreduce -o allgather -a hb "${L[@]}" --alloc-pad $pad
+        step ce_pad${pad}_$k 12 "$BENCH" -o allgather -a ce "${L[@]}" --alloc-pad $pad --sweep ce_sm_permille=0,400
+    done
+done
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -45,6 +45,7 @@ typedef struct ccb_opts {
     int ntokens, nhiddens;
     const char *json; /* -J */
     int force_host;
+    uint64_t alloc_pad; /* --alloc-pad: bytes allocated past the 2 MiB-rounded buffers */
     struct { /* -T NAME=VALUE: cchan_coll_set_param before the runs */
         char name[32];
         int64_t value;

@@ -756,8 +756,9 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
         if (st < 0) ccb_die(ctx, "-T %s: %s", o->params[i].name, cchan_coll_last_error());
     }
     {
-        static const char *const names[] = {"ce_lanes", "ce_chunk", "ce_sm_permille", "ce_local",
-                                            "zc_block_bytes"};
+        static const char *const names[] = {"ce_lanes",       "ce_chunk",  "ce_sm_permille",
+                                            "ce_local",       "ll_spread", "pdl",
+                                            "zc_block_bytes", "port_ring"};
         char line[256];
         size_t len = 0;
         for (size_t i = 0; i < sizeof names / sizeof names[0] && len < sizeof line; i++) {
@@ -773,7 +774,12 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
 
     unsigned colls = o->ops & (CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER);
     if (colls) {
-        size_t bytes = (size_t)o->max_bytes + CCB_GUARD;
+        /* A whole number of 2 MiB: cudaMalloc maps a size that is not one with small pages,
+         * and copy-engine copies between two GPUs that both send then run at 250-310 GB/s
+         * instead of 389 (2xH200, cchan-bw-probe and docs/collectives.md). nccl-tests' buffers
+         * (a power of two) and PyTorch's cached blocks (2 MiB multiples) are such sizes too. */
+        const size_t page = (size_t)2 << 20;
+        size_t bytes = ((size_t)o->max_bytes + CCB_GUARD + page - 1) / page * page + o->alloc_pad;
         void *sendbuf = dev->alloc(bytes), *recvbuf = dev->alloc(bytes);
         if (!sendbuf || !recvbuf) ccb_die(ctx, "cannot allocate 2 x %zu bytes", bytes);
         ccb_check_status(ctx, cchan_coll_register(coll, sendbuf, bytes), "cchan_coll_register");

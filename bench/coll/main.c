@@ -158,6 +158,9 @@ static void usage(FILE *f) {
             "  -T, --param NAME=VALUE   cchan_coll_set_param (repeatable; sizes take K, M, G)\n"
             "      --sweep NAME=V1,V2,..  every cchan row once per value of that parameter\n"
             "      --no-nccl            cchan rows only\n"
+            "      --alloc-pad SIZE     allocate the buffers SIZE bytes past a whole number of 2 MiB\n"
+            "                           (4K: cudaMalloc maps them with small pages; see "
+            "docs/coll_bench.md)\n"
             "      --host               the host platform (CPU threads) even where GPUs exist\n"
             "  -J, --json FILE          write every row as JSON\n"
             "  -h, --help\n"
@@ -237,7 +240,7 @@ int main(int argc, char **argv) {
     memcpy(o->hiddens, dhid, sizeof dhid);
     o->nhiddens = 2;
 
-    enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP };
+    enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP, OPT_PAD };
     static const struct option longopts[] = {{"op", required_argument, 0, 'o'},
                                              {"datatype", required_argument, 0, 'd'},
                                              {"algo", required_argument, 0, 'a'},
@@ -254,6 +257,7 @@ int main(int argc, char **argv) {
                                              {"tokens", required_argument, 0, OPT_TOKENS},
                                              {"hidden", required_argument, 0, OPT_HIDDEN},
                                              {"no-nccl", no_argument, 0, OPT_NO_NCCL},
+                                             {"alloc-pad", required_argument, 0, OPT_PAD},
                                              {"param", required_argument, 0, 'T'},
                                              {"sweep", required_argument, 0, OPT_SWEEP},
                                              {"host", no_argument, 0, OPT_HOST},
@@ -315,6 +319,7 @@ int main(int argc, char **argv) {
         case OPT_TOKENS: bad = parse_list(optarg, o->tokens, &o->ntokens); break;
         case OPT_HIDDEN: bad = parse_list(optarg, o->hiddens, &o->nhiddens); break;
         case OPT_NO_NCCL: o->nccl = 0; break;
+        case OPT_PAD: bad = cb_parse_size(optarg, &o->alloc_pad) != 0; break;
         case 'T': {
             int k = 0;
             bad =

@@ -103,11 +103,17 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *                             before the copy engines copy the result out (the pipeline's chunk;
  *                             at most a staging slot, about 62 MiB with the default scratch;
  *                             default 64 MiB, i.e. a slot)
- *   ce_sm_permille  0..1000   CE paths: share of the bytes for peers that the SMs store instead of
- *                             the copy engines (default 400)
+ *   ce_sm_permille  -1..1000  CE paths: share of the bytes for peers that the SMs store instead of
+ *                             the copy engines; -1 (default): AllGather 0 where every rank's send
+ *                             and recv allocations are whole numbers of 2 MiB (2 MiB pages), else
+ *                             400; AllReduce 400
  *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
  *                             engine (1, default) or by the SMs (0)
  *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB)
+ *   ll_spread       0 or 1    LL kernels: packets dealt to the blocks a warp at a time (1, default)
+ *                             or a contiguous run per block (0)
+ *   pdl             0 or 1    kernels launch as programmatic dependents of the stream's previous
+ *                             kernel on sm_90+ (1, default) or plainly (0)
  *   port_ring       0 or 1    registrations made while it is 1 (default) build PORT_RING's port
  *                             channels, which keep the registration's semaphores and mappings until
  *                             cchan_coll_destroy; at 0 they build none, PORT_RING refuses their
