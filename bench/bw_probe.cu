@@ -20,6 +20,7 @@
  *   ce-push Lx    cudaMemcpyAsync local -> peer, split over L streams
  *   ce-pull Lx    cudaMemcpyAsync peer -> local (the receiver's copy engine)
  *   ce-push 8M    one stream, 8 MiB copies (how a proxy issues puts)
+ *   ce-push+pull  half pushed by this GPU's copy engine, half pulled by the peer's (2 streams)
  *   sm-push B     B blocks of 512 threads, 4 x 16-byte loads then stores per thread in flight
  *   sm-pull B     the same reading the peer and storing locally
  *   tma-push B    B blocks, one thread each: bulk copy global -> shared -> peer (cp.async.bulk),
@@ -138,7 +139,7 @@ static gpu_t g[2];
 static volatile int *h_go; /* host-mapped: both GPUs' gates open at once */
 static int *d_go;
 
-enum kind { CE_PUSH, CE_PULL, CE_PUSH_CHUNKED, SM_PUSH, SM_PULL, TMA_PUSH, MIX };
+enum kind { CE_PUSH, CE_PULL, CE_PUSH_CHUNKED, CE_PUSH_PULL, SM_PUSH, SM_PULL, TMA_PUSH, MIX };
 
 typedef struct mech {
     enum kind k;
@@ -160,6 +161,7 @@ static void enqueue(const mech_t *m, int i, size_t bytes) {
         ce_bytes = bytes;
         break;
     case CE_PUSH_CHUNKED: lanes = 1; ce_bytes = bytes; break;
+    case CE_PUSH_PULL: lanes = 2; ce_bytes = bytes; break;
     case MIX:
         sm_bytes = bytes / 1000 * (size_t)m->arg / 16 * 16;
         ce_bytes = bytes - sm_bytes;
@@ -174,7 +176,7 @@ static void enqueue(const mech_t *m, int i, size_t bytes) {
             size_t lo = (size_t)l * per, n = lo >= ce_bytes ? 0 : (ce_bytes - lo < per ? ce_bytes - lo : per);
             CK(cudaStreamWaitEvent(a->lane[l], a->fork, 0));
             size_t off = sm_bytes + lo;
-            if (m->k == CE_PULL)
+            if (m->k == CE_PULL || (m->k == CE_PUSH_PULL && l == 1))
                 CK(cudaMemcpyAsync(a->dst + off, b->src + off, n, cudaMemcpyDeviceToDevice, a->lane[l]));
             else if (m->k == CE_PUSH_CHUNKED)
                 for (size_t c = 0; c < n; c += 8u << 20)
@@ -245,6 +247,7 @@ static int build_mechs(mech_t *ms) {
     ADD(CE_PUSH, 8, 0, "ce-push 8x");
     for (int l = 1; l <= 4; l *= 2) ADD(CE_PULL, l, 0, "ce-pull %dx", l);
     ADD(CE_PUSH_CHUNKED, 1, 0, "ce-push 8M");
+    ADD(CE_PUSH_PULL, 2, 0, "ce-push+pull");
     static const int blocks[] = {32, 66, 132, 264};
     for (int b = 0; b < 4; b++) ADD(SM_PUSH, blocks[b], 0, "sm-push %d", blocks[b]);
     for (int b = 0; b < 4; b++) ADD(SM_PULL, blocks[b], 0, "sm-pull %d", blocks[b]);
