@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
-#   1. test_coll_gpu: the CE all-pairs, automatic and HB cases;
-#   2. cchan-coll-bench at 1 GiB, NCCL measured in the same run: HB AllReduce and AllGather and CE
-#      all-pairs AllGather (two SM shares), with buffers a whole number of 2 MiB and 4 KiB past
-#      it (--alloc-pad), twice.
+#   1. test_coll_gpu: the HB, zero-copy and graph-replay cases;
+#   2. cchan-coll-bench, NCCL measured in the same run: HB AllReduce and AllGather at 2-8 MiB (CUDA
+#      graphs) and 64 MiB-1 GiB with programmatic dependent launches off and on, twice.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -75,16 +74,12 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 4 (issue 7's misses): what the buffers' page size does to each large path. The same 1 GiB
-# AllReduce and AllGather (HB; CE all-pairs AllGather copy engines alone and with 40% on the SMs)
-# with the bench's buffers a whole number of 2 MiB and 4 KiB past it, twice, interleaved.
-step test 60 "$TEST" --case correct_ce,graph_ce,correct_auto,correct_hb
-L=(-b 1G -e 1G "${B[@]}")
+# Session 4 (issue 7's misses): programmatic dependent launches (pdl) on the bandwidth-bound
+# paths: HB AllReduce and AllGather, 2 MiB to 1 GiB, pdl=0 and 1 in each invocation, twice.
+step test 60 "$TEST" --case correct_hb,correct_zc,graph_replay
 for k in 1 2; do
-    for pad in 0 4K; do
-        step hb_pad${pad}_$k 12 "$BENCH" -o allreduce -o allgather -a hb "${L[@]}" --alloc-pad $pad
-        step ce_pad${pad}_$k 12 "$BENCH" -o allgather -a ce "${L[@]}" --alloc-pad $pad --sweep ce_sm_permille=0,400
-    done
+    step pdl_mid_$k 12 "$BENCH" -o allreduce -o allgather -a hb -b 2M -e 8M -f 2 -G 20 -n 50 -w 5 -r 3 --sweep pdl=0,1
+    step pdl_large_$k 14 "$BENCH" -o allreduce -o allgather -a hb -b 64M -e 1G -f 4 "${B[@]}" --sweep pdl=0,1
 done
 
 echo "== test_coll_gpu"

@@ -112,8 +112,8 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB)
  *   ll_spread       0 or 1    LL kernels: packets dealt to the blocks a warp at a time (1, default)
  *                             or a contiguous run per block (0)
- *   pdl             0 or 1    kernels launch as programmatic dependents of the stream's previous
- *                             kernel on sm_90+ (1, default) or plainly (0)
+ *   pdl             0 or 1    kernels of calls up to 2 MiB launch as programmatic dependents of
+ *                             the stream's previous kernel on sm_90+ (1, default) or plainly (0)
  *   port_ring       0 or 1    registrations made while it is 1 (default) build PORT_RING's port
  *                             channels, which keep the registration's semaphores and mappings until
  *                             cchan_coll_destroy; at 0 they build none, PORT_RING refuses their

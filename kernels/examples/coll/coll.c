@@ -60,7 +60,8 @@ static const struct coll_param_def {
     /* LL kernels, 1: packets dealt to the blocks a warp at a time (every SM sends a share);
      * 0: each block takes a contiguous run of nthreads packets (small messages use few SMs) */
     {"ll_spread", "CCHAN_COLL_LL_SPREAD", 1, 0, 1},
-    /* 1: kernels launch as programmatic dependents of the stream's previous kernel (sm_90+) */
+    /* 1: kernels of calls up to COLL_PDL_MAX_BYTES launch as programmatic dependents of the
+     * stream's previous kernel (sm_90+) */
     {"pdl", "CCHAN_COLL_PDL", 1, 0, 1},
 };
 
@@ -735,7 +736,7 @@ static int coll_run(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t 
                     uint32_t nblocks, void *stream, const char *where) {
     if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, k, dt, a, nblocks, where);
     return colli_cuda_launch(c->device, k, dt, a, nblocks, c->nthreads,
-                             (int)c->param[COLL_P_PDL], stream);
+                             (int)a->pdl, stream);
 }
 
 /* HB grid: one block per COLL_HB_BYTES_PER_BLOCK of what a round moves per rank, within limits. */
@@ -765,8 +766,7 @@ static uint32_t coll_zc_grid(const cchan_coll_t *c, size_t bytes) {
 static int coll_run_barrier(cchan_coll_t *c, const coll_args_t *a, void *stream,
                             const char *where) {
     if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, COLL_K_BARRIER, 0, a, 1, where);
-    return colli_cuda_launch(c->device, COLL_K_BARRIER, 0, a, 1, 32, (int)c->param[COLL_P_PDL],
-                             stream);
+    return colli_cuda_launch(c->device, COLL_K_BARRIER, 0, a, 1, 32, (int)a->pdl, stream);
 }
 
 /* Copy-engine lane `lane` waits for what `stream` has enqueued so far (*forked: lanes to join). */
@@ -975,10 +975,18 @@ static uint32_t coll_ring_grid(const cchan_coll_t *c, size_t bytes_per_rank) {
     return (uint32_t)g;
 }
 
+/* Programmatic dependent launches pay off while launch latency matters: on 2xH200 (CUDA graphs,
+ * same run) they took AllReduce 1 MiB from 10.35 to 9.88 us and 2 MiB from 12.96 to 12.42, but
+ * cost HB kernels 3-4% from 4 MiB up (AllReduce 1 GiB 363.5 -> 348.2 GB/s, AllGather 360.6 ->
+ * 347.3): calls of more bytes than this launch plainly. */
+#define COLL_PDL_MAX_BYTES (2 * COLL_MiB)
+
+/* bytes: the call's full buffer (AllReduce's, AllGather's output, ReduceScatter's input). */
 static coll_args_t coll_args(const cchan_coll_t *c, const void *send, void *recv, size_t count,
-                             cchan_coll_dtype_t dtype) {
+                             cchan_coll_dtype_t dtype, size_t bytes) {
     coll_args_t a = c->base;
     a.ll_spread = (uint32_t)c->param[COLL_P_LL_SPREAD];
+    a.pdl = (uint32_t)(c->param[COLL_P_PDL] && bytes <= COLL_PDL_MAX_BYTES);
     a.send = (const uint8_t *)send;
     a.recv = (uint8_t *)recv;
     a.count = count;
@@ -993,7 +1001,7 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
     size_t bytes = 0;
     if (st == 0) st = coll_bytes(count, cchan_coll_dtype_size(dtype), 1, &bytes, where);
     if (st || count == 0) return st;
-    coll_args_t a = coll_args(c, send, recv, count, dtype);
+    coll_args_t a = coll_args(c, send, recv, count, dtype, bytes);
     a.in_place = send == recv;
     st = coll_pick(c, CCHAN_COLL_ALLREDUCE, &algo, bytes, send, bytes, recv, bytes, &a, where);
     if (st) return st;
@@ -1029,7 +1037,7 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
         st = coll_bytes(sendcount, cchan_coll_dtype_size(dtype), (size_t)c->nranks, &bytes, where);
     if (st || sendcount == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
-    coll_args_t a = coll_args(c, send, recv, sendcount, dtype);
+    coll_args_t a = coll_args(c, send, recv, sendcount, dtype, bytes);
     a.in_place = (const uint8_t *)send == (const uint8_t *)recv + (size_t)c->rank * per;
     /* the ring reads only recv (it copies send into it first): send need not be registered */
     st = coll_pick(c, CCHAN_COLL_ALLGATHER, &algo, bytes, recv, bytes, recv, bytes, &a, where);
@@ -1056,7 +1064,7 @@ int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size
         st = coll_bytes(recvcount, cchan_coll_dtype_size(dtype), (size_t)c->nranks, &bytes, where);
     if (st || recvcount == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
-    coll_args_t a = coll_args(c, send, recv, recvcount, dtype);
+    coll_args_t a = coll_args(c, send, recv, recvcount, dtype, bytes);
     a.in_place = (uint8_t *)recv == (const uint8_t *)send + (size_t)c->rank * per;
     /* the ring reads send with the copy engine; recv is written by the SMs only */
     st = coll_pick(c, CCHAN_COLL_REDUCESCATTER, &algo, bytes, send, bytes, send, bytes, &a, where);

@@ -76,6 +76,7 @@ typedef struct coll_args {
     uint32_t ce_region;       /* CE_RS: the chunk's region (chunk index parity) */
     uint32_t ll_spread;       /* LL: packets dealt to blocks a warp at a time (coll_ll_index) */
     uint32_t ce_big_pages;    /* CE_ALLPAIRS: send's and recv's allocations have 2 MiB pages */
+    uint32_t pdl;             /* host: launch as a programmatic dependent (coll.c, pdl) */
 } coll_args_t;
 
 /* ------------------------------------------------------------------ element arithmetic
