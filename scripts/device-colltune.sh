@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
-#   1. test_coll_gpu: the HB, zero-copy and graph-replay cases;
-#   2. cchan-coll-bench, NCCL measured in the same run: HB AllReduce and AllGather at 2-8 MiB (CUDA
-#      graphs) and 64 MiB-1 GiB with programmatic dependent launches off and on, twice.
+#   1. test_coll_gpu: the CE all-pairs and automatic cases;
+#   2. cchan-coll-bench, NCCL measured in the same run: the automatic AllGather, 64 MiB-1 GiB,
+#      twice.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -74,12 +74,11 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 4 (issue 7's misses): programmatic dependent launches (pdl) on the bandwidth-bound
-# paths: HB AllReduce and AllGather, 2 MiB to 1 GiB, pdl=0 and 1 in each invocation, twice.
-step test 60 "$TEST" --case correct_hb,correct_zc,graph_replay
+# Session 4 (issue 7's misses): the automatic AllGather from 64 MiB to 1 GiB (CE all-pairs: the
+# copy engines alone from 512 MiB with 2 MiB pages) against NCCL, twice.
+step test 60 "$TEST" --case correct_ce,graph_ce,correct_auto
 for k in 1 2; do
-    step pdl_mid_$k 12 "$BENCH" -o allreduce -o allgather -a hb -b 2M -e 8M -f 2 -G 20 -n 50 -w 5 -r 3 --sweep pdl=0,1
-    step pdl_large_$k 14 "$BENCH" -o allreduce -o allgather -a hb -b 64M -e 1G -f 4 "${B[@]}" --sweep pdl=0,1
+    step ag_auto_$k 14 "$BENCH" -o allgather -b 64M -e 1G -f 2 "${B[@]}"
 done
 
 echo "== test_coll_gpu"

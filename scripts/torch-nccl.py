@@ -142,18 +142,24 @@ def launch(a, mode, real_nccl):
             env["CCHAN_NCCL_FALLBACK"] = real_nccl
     procs = []
     for r in range(a.nprocs):
+        saved = os.path.join(a.out, f"{mode}-{r}.pt")
+        if os.path.exists(saved):
+            os.remove(saved)  # a result file proves this run's collectives finished (see below)
         log = open(os.path.join(a.out, f"{mode}-{r}.log"), "w")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--rank", str(r),
                "--world", str(a.nprocs), "--port", str(port), "--out", a.out, "--timeout", str(a.timeout)]
         procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     rcs = []
     deadline = time.time() + a.timeout  # one deadline for the whole run, not one per process
-    for p, log in procs:
+    for r, (p, log) in enumerate(procs):
         try:
             rcs.append(p.wait(timeout=max(1.0, deadline - time.time())))
         except subprocess.TimeoutExpired:
             p.kill()
-            rcs.append(124)
+            # Killed at the run's deadline after saving its results: only the teardown was left
+            # (the real NCCL's destroy_process_group hangs on the 2xH200 machine).
+            hung = os.path.exists(os.path.join(a.out, f"{mode}-{r}.pt"))
+            rcs.append(EXIT_DESTROY_HUNG if hung else 124)
         log.close()
     return rcs
 

@@ -104,9 +104,9 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *                             at most a staging slot, about 62 MiB with the default scratch;
  *                             default 64 MiB, i.e. a slot)
  *   ce_sm_permille  -1..1000  CE paths: share of the bytes for peers that the SMs store instead of
- *                             the copy engines; -1 (default): AllGather 0 where every rank's send
- *                             and recv allocations are whole numbers of 2 MiB (2 MiB pages), else
- *                             400; AllReduce 400
+ *                             the copy engines; -1 (default): AllGather from 512 MiB 0 where
+ *                             every rank's send and recv allocations are whole numbers of 2 MiB
+ *                             (2 MiB pages), else 400; AllReduce 400
  *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
  *                             engine (1, default) or by the SMs (0)
  *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB)

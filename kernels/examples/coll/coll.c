@@ -48,9 +48,9 @@ static const struct coll_param_def {
 } coll_param_defs[COLL_PARAM_COUNT] = {
     {"ce_lanes", "CCHAN_COLL_CE_LANES", 1, 1, COLLI_CE_LANES_MAX},
     {"ce_chunk", "CCHAN_COLL_CE_CHUNK", 64 * (int64_t)COLL_MiB, 64 * (int64_t)COLL_KiB, INT64_MAX},
-    /* -1: AllGather 0 where every rank's send and recv allocations have 2 MiB pages, else 400
-     * (AllGather 1 GiB on 2xH200: 386 against 378 GB/s with such pages, 262 against 378 without);
-     * AllReduce 400 */
+    /* -1: AllGather from 512 MiB 0 where every rank's send and recv allocations have 2 MiB pages,
+     * else 400 (AllGather 1 GiB on 2xH200: 386 against 378 GB/s with such pages, 262 against 378
+     * without); AllReduce 400 */
     {"ce_sm_permille", "CCHAN_COLL_CE_SM_PERMILLE", -1, -1, 1000},
     {"ce_local", "CCHAN_COLL_CE_LOCAL", 1, 0, 1},
     {"zc_block_bytes", "CCHAN_COLL_ZC_BLOCK_BYTES", 32 * (int64_t)COLL_KiB, (int64_t)COLL_KiB,
@@ -795,12 +795,20 @@ static int coll_ce_join_all(cchan_coll_t *c, unsigned forked, void *stream) {
     return 0;
 }
 
+/* AllGather of at least this many bytes on buffers with 2 MiB pages: the copy engines alone. 2xH200,
+ * bench rows against the 40% SM mix: 1 GiB 385.8 against 378.2 GB/s; 256 MiB 366.3 against 366.5
+ * (20% on the SMs: 371.0); 64 MiB 106.9-109.9 against 102-104 us. */
+#define COLL_CE_ALONE_MIN_BYTES (512 * COLL_MiB)
+
 /* The share of the bytes ce_allpairs moves with SM stores, in thousandths (ce_sm_permille; -1:
- * AllGather by the copy engines alone where the buffers have 2 MiB pages, else 40% by the SMs). */
+ * large AllGathers by the copy engines alone where the buffers have 2 MiB pages, else 40% by the
+ * SMs). */
 static int64_t coll_ce_permille(const cchan_coll_t *c, const coll_args_t *a, cchan_coll_op_t op) {
     int64_t p = c->param[COLL_P_CE_SM_PERMILLE];
     if (p >= 0) return p;
-    return op == CCHAN_COLL_ALLGATHER && a->ce_big_pages ? 0 : 400;
+    const uint64_t bytes = a->count * a->esize * (uint64_t)c->nranks;
+    return op == CCHAN_COLL_ALLGATHER && a->ce_big_pages && bytes >= COLL_CE_ALONE_MIN_BYTES ? 0
+                                                                                             : 400;
 }
 
 static int coll_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
