@@ -43,8 +43,8 @@
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "bw-probe: %s: %s (%s:%d)\n", #call, cudaGetErrorString(e_),           \
-                    __FILE__, __LINE__);                                                           \
+            fprintf(stderr, "bw-probe: %s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, \
+                    __LINE__);                                                                     \
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
@@ -56,13 +56,12 @@
 /* ---- kernels */
 
 __global__ void gate_kernel(const volatile int *go) {
-    while (*go == 0) {
-    }
+    while (*go == 0) {}
 }
 
 /* dst[i] = src[i] for n 16-byte vectors, 4 in flight per thread */
-__global__ void __launch_bounds__(512) copy_kernel(uint4 *__restrict__ dst,
-                                                   const uint4 *__restrict__ src, size_t n) {
+__global__ void __launch_bounds__(512)
+    copy_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n) {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (size_t)gridDim.x * blockDim.x;
     size_t i = t;
     for (; i + 3 * nt < n; i += 4 * nt) {
@@ -94,18 +93,19 @@ __global__ void tma_copy_kernel(uint8_t *dst, const uint8_t *src, size_t bytes) 
     uint32_t k = 0;
     for (size_t c = blockIdx.x; c < nchunks; c += gridDim.x, k++) {
         uint32_t s = k % TMA_STAGES, parity = (k / TMA_STAGES) & 1u;
-        uint32_t len = (uint32_t)((bytes - c * TMA_CHUNK) < TMA_CHUNK ? bytes - c * TMA_CHUNK
-                                                                      : TMA_CHUNK);
+        uint32_t len =
+            (uint32_t)((bytes - c * TMA_CHUNK) < TMA_CHUNK ? bytes - c * TMA_CHUNK : TMA_CHUNK);
         /* buffer s is free once the store of chunk k - TMA_STAGES has read it */
         asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(TMA_STAGES - 1) : "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                         smem_addr(&bar[s])),
-                     "r"(len)
-                     : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(smem_addr(buf[s])),
-                     "l"(src + c * TMA_CHUNK), "r"(len), "r"(smem_addr(&bar[s]))
-                     : "memory");
+        asm volatile(
+            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&bar[s])),
+            "r"(len)
+            : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+            "%2, [%3];" ::"r"(smem_addr(buf[s])),
+            "l"(src + c * TMA_CHUNK), "r"(len), "r"(smem_addr(&bar[s]))
+            : "memory");
         uint32_t done = 0;
         while (!done)
             asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
@@ -122,7 +122,11 @@ __global__ void tma_copy_kernel(uint8_t *dst, const uint8_t *src, size_t bytes) 
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #else
     if (threadIdx.x == 0 && blockIdx.x == 0) __trap(); /* bulk copies need sm_90 */
-    (void)buf; (void)bar; (void)dst; (void)src; (void)bytes;
+    (void)buf;
+    (void)bar;
+    (void)dst;
+    (void)src;
+    (void)bytes;
 #endif
 }
 
@@ -160,8 +164,14 @@ static void enqueue(const mech_t *m, int i, size_t bytes) {
         lanes = m->arg;
         ce_bytes = bytes;
         break;
-    case CE_PUSH_CHUNKED: lanes = 1; ce_bytes = bytes; break;
-    case CE_PUSH_PULL: lanes = 2; ce_bytes = bytes; break;
+    case CE_PUSH_CHUNKED:
+        lanes = 1;
+        ce_bytes = bytes;
+        break;
+    case CE_PUSH_PULL:
+        lanes = 2;
+        ce_bytes = bytes;
+        break;
     case MIX:
         sm_bytes = bytes / 1000 * (size_t)m->arg / 16 * 16;
         ce_bytes = bytes - sm_bytes;
@@ -173,18 +183,21 @@ static void enqueue(const mech_t *m, int i, size_t bytes) {
         CK(cudaEventRecord(a->fork, a->main));
         size_t per = (ce_bytes / (size_t)lanes + 15) / 16 * 16;
         for (int l = 0; l < lanes; l++) {
-            size_t lo = (size_t)l * per, n = lo >= ce_bytes ? 0 : (ce_bytes - lo < per ? ce_bytes - lo : per);
+            size_t lo = (size_t)l * per,
+                   n = lo >= ce_bytes ? 0 : (ce_bytes - lo < per ? ce_bytes - lo : per);
             CK(cudaStreamWaitEvent(a->lane[l], a->fork, 0));
             size_t off = sm_bytes + lo;
             if (m->k == CE_PULL || (m->k == CE_PUSH_PULL && l == 1))
-                CK(cudaMemcpyAsync(a->dst + off, b->src + off, n, cudaMemcpyDeviceToDevice, a->lane[l]));
+                CK(cudaMemcpyAsync(a->dst + off, b->src + off, n, cudaMemcpyDeviceToDevice,
+                                   a->lane[l]));
             else if (m->k == CE_PUSH_CHUNKED)
                 for (size_t c = 0; c < n; c += 8u << 20)
                     CK(cudaMemcpyAsync(b->dst + off + c, a->src + off + c,
                                        n - c < (8u << 20) ? n - c : (8u << 20),
                                        cudaMemcpyDeviceToDevice, a->lane[l]));
             else
-                CK(cudaMemcpyAsync(b->dst + off, a->src + off, n, cudaMemcpyDeviceToDevice, a->lane[l]));
+                CK(cudaMemcpyAsync(b->dst + off, a->src + off, n, cudaMemcpyDeviceToDevice,
+                                   a->lane[l]));
         }
     }
     if (sm_bytes) {
@@ -193,7 +206,8 @@ static void enqueue(const mech_t *m, int i, size_t bytes) {
             copy_kernel<<<blocks, 512, 0, a->main>>>((uint4 *)a->dst, (const uint4 *)b->src,
                                                      sm_bytes / 16);
         else if (m->k == TMA_PUSH)
-            tma_copy_kernel<<<blocks, 32, TMA_STAGES * TMA_CHUNK, a->main>>>(b->dst, a->src, sm_bytes);
+            tma_copy_kernel<<<blocks, 32, TMA_STAGES * TMA_CHUNK, a->main>>>(b->dst, a->src,
+                                                                             sm_bytes);
         else
             copy_kernel<<<blocks, 512, 0, a->main>>>((uint4 *)b->dst, (const uint4 *)a->src,
                                                      sm_bytes / 16);
@@ -430,13 +444,20 @@ int main(int argc, char **argv) {
     opts_t o = {512, 0, 5, 0, 0, NULL};
     int procs = 0, rank = -1, rfd = -1, wfd = -1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mib") && i + 1 < argc) o.mib = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) o.only = argv[++i];
-        else if (!strcmp(argv[i], "--pad") && i + 1 < argc) o.pad = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--procs")) procs = 1;
-        else if (!strcmp(argv[i], "--touch-peer")) o.touch_peer = 1;
-        else if (!strcmp(argv[i], "--one-buf")) o.one_buf = 1;
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            o.mib = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            o.reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            o.only = argv[++i];
+        else if (!strcmp(argv[i], "--pad") && i + 1 < argc)
+            o.pad = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--procs"))
+            procs = 1;
+        else if (!strcmp(argv[i], "--touch-peer"))
+            o.touch_peer = 1;
+        else if (!strcmp(argv[i], "--one-buf"))
+            o.one_buf = 1;
         else if (!strcmp(argv[i], "--rank") && i + 3 < argc) {
             rank = atoi(argv[++i]);
             rfd = atoi(argv[++i]);
@@ -466,7 +487,8 @@ int main(int argc, char **argv) {
         setup_gpu(&g[i], i, bytes, o.pad, o.one_buf, i);
         CK(cudaDeviceEnablePeerAccess(1 - i, 0));
     }
-    if (o.one_buf) /* GPU i pushes into slot i of the peer's buffer and pulls into its own slot 1-i */
+    if (o.one_buf) /* GPU i pushes into slot i of the peer's buffer and pulls into its own slot 1-i
+                    */
         for (int i = 0; i < 2; i++) g[i].dst += (size_t)(1 - i) * bytes;
     CK(cudaHostAlloc((void **)&h_go, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
     CK(cudaHostGetDevicePointer((void **)&d_go, (void *)h_go, 0));

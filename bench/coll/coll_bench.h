@@ -46,7 +46,7 @@ typedef struct ccb_opts {
     const char *json; /* -J */
     int force_host;
     uint64_t alloc_pad; /* --alloc-pad: bytes allocated past the 2 MiB-rounded buffers */
-    struct { /* -T NAME=VALUE: cchan_coll_set_param before the runs */
+    struct {            /* -T NAME=VALUE: cchan_coll_set_param before the runs */
         char name[32];
         int64_t value;
     } params[CCB_MAX_LIST];

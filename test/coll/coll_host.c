@@ -353,8 +353,8 @@ int main(int argc, char **argv) {
                     }
         /* The tuned variants (each row's values stay for the next rows): CE pipeline chunks of
          * 64 KiB (many chunks, both staging regions) with a share of the SMs, several lanes, the
-         * SMs alone, every lane with the local block by a copy engine or by the SMs; small
-         * zero-copy blocks. */
+         * SMs alone, every lane with the local block by a copy engine or by the SMs; the
+         * copy-engine reduce-scatter (ce_rs); small zero-copy blocks. */
         static const struct {
             const char *name;
             int64_t value;
@@ -362,9 +362,14 @@ int main(int argc, char **argv) {
             {{"ce_chunk", 65536}, {"ce_local", 0}, {"ce_sm_permille", 300}},
             {{"ce_chunk", 65536}, {"ce_lanes", 3}, {"ce_sm_permille", 1000}},
             {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 500}},
+            /* AllReduce with the shards pushed by the copy engines: 64 KiB chunks cycle through
+             * the three staging regions many times; then no SM share and two output lanes */
+            {{"ce_rs", 1}, {"ce_chunk", 65536}, {"ce_sm_permille", 300}},
+            {{"ce_rs", 1}, {"ce_sm_permille", 0}, {"ce_lanes", 2}},
             {{"zc_block_bytes", 1024}, {"ce_local", 0}, {"ce_lanes", 2}},
         };
-        for (size_t ti = 0; ti < sizeof tunes / sizeof tunes[0]; ti++) {
+        const size_t ntunes = sizeof tunes / sizeof tunes[0];
+        for (size_t ti = 0; ti < ntunes; ti++) {
             for (int k = 0; k < 3; k++)
                 CHECK(cchan_coll_set_param(coll, tunes[ti][k].name, tunes[ti][k].value));
             for (int op = 0; op < 2; op++)
@@ -373,7 +378,7 @@ int main(int argc, char **argv) {
                         if (counts[ci] > big) continue;
                         for (int ip = 0; ip < 2; ip++) {
                             cchan_coll_algo_t a =
-                                ti == 3 ? CCHAN_COLL_HB_ALLPAIRS : CCHAN_COLL_CE_ALLPAIRS;
+                                ti + 1 == ntunes ? CCHAN_COLL_HB_ALLPAIRS : CCHAN_COLL_CE_ALLPAIRS;
                             if (run_case(coll, (cchan_coll_op_t)op, a, (cchan_coll_dtype_t)dt,
                                          counts[ci], ip, seed++))
                                 ran++;

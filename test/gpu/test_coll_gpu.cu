@@ -239,7 +239,8 @@ static void cg_with_params(gt_ctx_t *ctx, const cg_param_t *ps, int n, cchan_col
 /* CE all-pairs (AllReduce, AllGather) with the default parameters, then with small pipeline
  * chunks spread over three lanes, a quarter of the bytes on the SMs and the local block by the
  * SMs, then the SMs alone (and chunks larger than a staging slot), then the copy engines alone on
- * every lane with the local block on a copy engine. */
+ * every lane with the local block on a copy engine, then AllReduce's reduce-scatter on the copy
+ * engines (ce_rs). */
 static void case_correct_ce(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, g_cg.ra, g_cg.rb, 3);
     if (!gt_all_ok(ctx)) return;
@@ -252,6 +253,14 @@ static void case_correct_ce(gt_ctx_t *ctx) {
     if (!gt_all_ok(ctx)) return;
     const cg_param_t local[] = {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 0}};
     cg_with_params(ctx, local, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
+    if (!gt_all_ok(ctx)) return;
+    /* AllReduce's shards pushed by the copy engines too (three staging regions, cycled by 4 MiB
+     * chunks), with and without an SM share */
+    const cg_param_t rs[] = {{"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_sm_permille", 200}};
+    cg_with_params(ctx, rs, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
+    if (!gt_all_ok(ctx)) return;
+    const cg_param_t rs0[] = {{"ce_rs", 1}, {"ce_lanes", 2}, {"ce_sm_permille", 0}};
+    cg_with_params(ctx, rs0, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
 }
 
 /* Zero-copy AllReduce with small blocks (a larger grid). */
@@ -358,11 +367,9 @@ static void case_graph_replay(gt_ctx_t *ctx) {
 /* CE all-pairs in graphs: the copy-engine lanes are forked from and joined into the capturing
  * stream; several pipeline chunks and lanes; and a graph mixing CE, zero-copy and LL calls. */
 static void case_graph_ce(gt_ctx_t *ctx) {
-    const cg_param_t ps[] = {{"ce_chunk", 4 * GT_MiB},
-                             {"ce_lanes", 2},
-                             {"ce_sm_permille", 100},
-                             {"zc_block_bytes", 8 * GT_KiB},
-                             {"ce_local", 1}};
+    const cg_param_t ps[] = {{"ce_chunk", 4 * GT_MiB}, {"ce_lanes", 2},
+                             {"ce_sm_permille", 100},  {"zc_block_bytes", 8 * GT_KiB},
+                             {"ce_local", 1},          {"ce_rs", 1}};
     const int nps = (int)(sizeof ps / sizeof ps[0]);
     int64_t old[8];
     for (int i = 0; i < nps; i++) {

@@ -39,6 +39,7 @@ enum {
     COLL_P_PORT_RING,
     COLL_P_LL_SPREAD,
     COLL_P_PDL,
+    COLL_P_CE_RS,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -63,6 +64,9 @@ static const struct coll_param_def {
     /* 1: kernels of calls up to COLL_PDL_MAX_BYTES launch as programmatic dependents of the
      * stream's previous kernel (sm_90+) */
     {"pdl", "CCHAN_COLL_PDL", 1, 0, 1},
+    /* CE AllReduce, 1: the copy engines push the reduce-scatter's shards too (three staging
+     * regions); 0: the SMs push them inside the CE_RS kernel */
+    {"ce_rs", "CCHAN_COLL_CE_RS", 0, 0, 1},
 };
 
 typedef struct coll_reg {
@@ -735,8 +739,7 @@ static int coll_run_host(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_ar
 static int coll_run(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a,
                     uint32_t nblocks, void *stream, const char *where) {
     if (c->platform == CCHAN_PLATFORM_HOST) return coll_run_host(c, k, dt, a, nblocks, where);
-    return colli_cuda_launch(c->device, k, dt, a, nblocks, c->nthreads,
-                             (int)a->pdl, stream);
+    return colli_cuda_launch(c->device, k, dt, a, nblocks, c->nthreads, (int)a->pdl, stream);
 }
 
 /* HB grid: one block per COLL_HB_BYTES_PER_BLOCK of what a round moves per rank, within limits. */
@@ -795,9 +798,9 @@ static int coll_ce_join_all(cchan_coll_t *c, unsigned forked, void *stream) {
     return 0;
 }
 
-/* AllGather of at least this many bytes on buffers with 2 MiB pages: the copy engines alone. 2xH200,
- * bench rows against the 40% SM mix: 1 GiB 385.8 against 378.2 GB/s; 256 MiB 366.3 against 366.5
- * (20% on the SMs: 371.0); 64 MiB 106.9-109.9 against 102-104 us. */
+/* AllGather of at least this many bytes on buffers with 2 MiB pages: the copy engines alone.
+ * 2xH200, bench rows against the 40% SM mix: 1 GiB 385.8 against 378.2 GB/s; 256 MiB 366.3 against
+ * 366.5 (20% on the SMs: 371.0); 64 MiB 106.9-109.9 against 102-104 us. */
 #define COLL_CE_ALONE_MIN_BYTES (512 * COLL_MiB)
 
 /* The share of the bytes ce_allpairs moves with SM stores, in thousandths (ce_sm_permille; -1:
@@ -811,8 +814,95 @@ static int64_t coll_ce_permille(const cchan_coll_t *c, const coll_args_t *a, cch
                                                                                              : 400;
 }
 
+/* CE AllReduce with both phases on the copy engines (ce_rs = 1). Chunk k of every peer's shard is
+ * pushed by a copy engine into that peer's staging region k % 3 on lane k % 3; the CE_RS kernel
+ * of chunk k waits for that copy (a join), meets every peer at its per-block barrier (so every
+ * peer's copy into this rank has landed: each peer's kernel also began after its own copy), and
+ * reduces; a copy engine then pushes the reduced chunk (less the SMs' share) into every peer's
+ * recv on lanes 3..7. The push of chunk k + 2 is forked after kernel k: that kernel's barrier
+ * means every peer has finished kernel k - 1, the last reader of region (k + 2) % 3. */
+#define COLL_CE_RS_REGIONS 3
+
+static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
+                                const char *where) {
+    const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
+    const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
+    const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
+    const size_t len = coll_min_u64(shard, a->count - s0);
+    a->ce_slot = (a->sw_off - a->hb_off) / (COLL_CE_RS_REGIONS * n) / 16 * 16;
+    a->ce_pushed = 1;
+    size_t chunk = (size_t)c->param[COLL_P_CE_CHUNK];
+    if (chunk > a->ce_slot) chunk = a->ce_slot;
+    chunk = chunk / es / vec * vec;
+    if (chunk < vec) chunk = vec;
+    const size_t nchunks = (shard + chunk - 1) / chunk;
+    const int64_t permille = coll_ce_permille(c, a, CCHAN_COLL_ALLREDUCE);
+    int ag_lanes = (int)c->param[COLL_P_CE_LANES];
+    if (ag_lanes > COLLI_CE_LANES_MAX - COLL_CE_RS_REGIONS)
+        ag_lanes = COLLI_CE_LANES_MAX - COLL_CE_RS_REGIONS;
+    unsigned forked = 0;
+    int st = coll_run_barrier(c, a, stream, where);
+    /* chunk k's pushes of every peer's shard, on lane k % 3 (forked from the stream) */
+    const int me = c->rank;
+    for (size_t k = 0; k < nchunks && k < 2 && st == 0; k++) {
+        a->ce_region = (uint32_t)(k % COLL_CE_RS_REGIONS);
+        st = coll_ce_fork(c, (int)(k % COLL_CE_RS_REGIONS), &forked, stream);
+        for (int j = 1; j < c->nranks && st == 0; j++) {
+            int p = (me + j) % c->nranks;
+            size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
+            size_t plen = coll_min_u64(shard, a->count - ps0), c0 = coll_min_u64(k * chunk, plen);
+            size_t clen = coll_min_u64(chunk, plen - c0);
+            st = coll_ce_copy(c, (int)(k % COLL_CE_RS_REGIONS),
+                              coll_ce_slot(a, a->peer_scratch[p], me), a->send + (ps0 + c0) * es,
+                              clen * es);
+        }
+    }
+    for (size_t k = 0; k < nchunks && st == 0; k++) {
+        const size_t off = k * chunk, part = shard - off < chunk ? shard - off : chunk;
+        const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
+        const int rl = (int)(k % COLL_CE_RS_REGIONS);
+        if (c->platform == CCHAN_PLATFORM_CUDA) st = colli_ce_join(c->device, c->ce, rl, stream);
+        a->part_off = off;
+        a->part_len = part;
+        a->sm_len = sm;
+        a->ce_region = (uint32_t)rl;
+        if (st == 0)
+            st = coll_run(c, COLL_K_CE_RS, dt, a, coll_zc_grid(c, part * es), stream, where);
+        /* the reduced chunk, less the SMs' share, into every peer's recv */
+        const size_t c0 = off < len ? off : len;
+        const size_t clen = len - c0 < part ? len - c0 : part;
+        const size_t at = (s0 + c0 + sm) * es, bytes = clen > sm ? (clen - sm) * es : 0;
+        const int al = COLL_CE_RS_REGIONS + (int)(k % (size_t)ag_lanes);
+        if (st == 0 && bytes && c->nranks > 1) st = coll_ce_fork(c, al, &forked, stream);
+        for (int j = 1; j < c->nranks && st == 0; j++) {
+            int p = (me + j) % c->nranks;
+            st = coll_ce_copy(c, al, a->peer_recv[p] + at, a->recv + at, bytes);
+        }
+        /* chunk k + 2's pushes, once kernel k's barrier has freed its region on every peer */
+        const size_t k2 = k + 2;
+        if (k2 < nchunks && st == 0) {
+            const int l2 = (int)(k2 % COLL_CE_RS_REGIONS);
+            a->ce_region = (uint32_t)l2;
+            st = coll_ce_fork(c, l2, &forked, stream);
+            for (int j = 1; j < c->nranks && st == 0; j++) {
+                int p = (me + j) % c->nranks;
+                size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
+                size_t plen = coll_min_u64(shard, a->count - ps0),
+                       q0 = coll_min_u64(k2 * chunk, plen);
+                size_t qlen = coll_min_u64(chunk, plen - q0);
+                st = coll_ce_copy(c, l2, coll_ce_slot(a, a->peer_scratch[p], me),
+                                  a->send + (ps0 + q0) * es, qlen * es);
+            }
+        }
+    }
+    if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA) st = coll_ce_join_all(c, forked, stream);
+    if (st == 0) st = coll_run_barrier(c, a, stream, where);
+    return st;
+}
+
 static int coll_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                              const char *where) {
+    if (c->param[COLL_P_CE_RS]) return coll_ce_allreduce_rs(c, a, dt, stream, where);
     const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
     const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
     const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);

@@ -77,6 +77,7 @@ typedef struct coll_args {
     uint32_t ll_spread;       /* LL: packets dealt to blocks a warp at a time (coll_ll_index) */
     uint32_t ce_big_pages;    /* CE_ALLPAIRS: send's and recv's allocations have 2 MiB pages */
     uint32_t pdl;             /* host: launch as a programmatic dependent (coll.c, pdl) */
+    uint32_t ce_pushed;       /* CE_RS: the copy engines already put the shards in the slots */
 } coll_args_t;
 
 /* ------------------------------------------------------------------ element arithmetic
@@ -303,8 +304,7 @@ CCHAN_DEVICE_INLINE void coll_ll_end(const coll_args_t *a, uint32_t block, uint3
  * onto [0, nblocks * nthreads) works here: the slots' reuse rule holds kernel by kernel (see
  * above), not block by block. */
 CCHAN_HOST_DEVICE_INLINE uint64_t coll_ll_index(const coll_args_t *a, uint32_t block,
-                                                uint32_t nblocks, uint32_t tid,
-                                                uint32_t nthreads) {
+                                                uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
     if (!a->ll_spread || nthreads % 32u) return (uint64_t)block * nthreads + tid;
     return ((uint64_t)(tid / 32u) * nblocks + block) * 32u + tid % 32u;
 }
@@ -655,11 +655,13 @@ CCHAN_DEVICE_INLINE int coll_ce_rs_body(const coll_args_t *a, int dt, uint32_t b
         at[p] = s0 + c0 + p0;
         len[p] = p0 < clen ? coll_min_u64(per, clen - p0) : 0;
     }
-    for (int j = 1; j < n; j++) {
+    for (int j = 1; j < n && !a->ce_pushed; j++) {
         int p = coll_peer(a, j);
         cchan_copy(coll_ce_slot(a, a->peer_scratch[p], me) + p0 * es, a->send + at[p] * es,
                    len[p] * es, tid, nthreads);
     }
+    /* every peer's piece of this chunk is in this rank's slots (pushed above, or by the peer's
+     * copy engine before its kernel started) */
     int r = coll_hb_barrier(a, block, tid);
     if (r) return r;
     const uint8_t *srcs[COLL_MAX_RANKS];

@@ -181,8 +181,8 @@ static int coll_sm_major(int device) {
     static int major[64];
     if (device < 0 || device >= 64) return 0;
     int m = __atomic_load_n(&major[device], __ATOMIC_RELAXED);
-    if (m == 0 && cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device) ==
-                      cudaSuccess)
+    if (m == 0 &&
+        cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess)
         __atomic_store_n(&major[device], m, __ATOMIC_RELAXED);
     return m;
 }
