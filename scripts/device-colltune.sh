@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
-#   1. test_coll_gpu: the CE all-pairs cases (ce_rs among them) and their graphs;
+#   1. test_coll_gpu: the CE all-pairs cases (ce_rs and ce_ramp among them) and their graphs;
 #   2. cchan-coll-bench at 256 MiB and 1 GiB, NCCL measured in the same run: CE all-pairs
-#      AllReduce with the shards pushed by the copy engines (ce_rs) or the SMs, by SM share, chunk
-#      and lanes, and HB.
+#      AllReduce with the shards pushed by the copy engines (ce_rs=1), equal and ramped chunks,
+#      two SM shares, twice; and HB.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -76,13 +76,13 @@ step() {
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
 # Session 4 (issue 7's misses): AllReduce at 256 MiB and 1 GiB with the reduce-scatter's shards
-# pushed by the copy engines (ce_rs=1) against the SMs (ce_rs=0) and HB, by SM share and chunk.
+# pushed by the copy engines (ce_rs=1): chunk ramps (ce_ramp) by SM share, twice, and HB.
 step test 60 "$TEST" --case correct_ce,graph_ce
 L=(-b 256M -e 1G -f 4 "${B[@]}")
-step ar_rs 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_sm_permille=0 --sweep ce_rs=0,1
-step ar_rs_sm 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 --sweep ce_sm_permille=100,200,300
-step ar_rs_chunk 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 -T ce_sm_permille=200 --sweep ce_chunk=8M,16M,32M
-step ar_rs_lanes 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 -T ce_sm_permille=200 --sweep ce_lanes=2,4
+for k in 1 2; do
+    step ramp_sm0_$k 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 -T ce_sm_permille=0 --sweep ce_ramp=0,1
+    step ramp_sm200_$k 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 -T ce_sm_permille=200 --sweep ce_ramp=0,1
+done
 step hb 12 "$BENCH" -o allreduce -a hb "${L[@]}"
 
 echo "== test_coll_gpu"

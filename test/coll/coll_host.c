@@ -362,10 +362,12 @@ int main(int argc, char **argv) {
             {{"ce_chunk", 65536}, {"ce_local", 0}, {"ce_sm_permille", 300}},
             {{"ce_chunk", 65536}, {"ce_lanes", 3}, {"ce_sm_permille", 1000}},
             {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 500}},
-            /* AllReduce with the shards pushed by the copy engines: 64 KiB chunks cycle through
-             * the three staging regions many times; then no SM share and two output lanes */
-            {{"ce_rs", 1}, {"ce_chunk", 65536}, {"ce_sm_permille", 300}},
-            {{"ce_rs", 1}, {"ce_sm_permille", 0}, {"ce_lanes", 2}},
+            /* AllReduce with the shards pushed by the copy engines: 16 KiB chunks, ramped up and
+             * down where the shard holds four (1/8, 1/4, 1/2 chunk first and last: the largest
+             * counts at 2 and 4 ranks), cycle through the three staging regions; then equal
+             * chunks, no SM share and two output lanes */
+            {{"ce_rs", 1}, {"ce_chunk", 16384}, {"ce_ramp", 1}},
+            {{"ce_ramp", 0}, {"ce_sm_permille", 0}, {"ce_lanes", 2}},
             {{"zc_block_bytes", 1024}, {"ce_local", 0}, {"ce_lanes", 2}},
         };
         const size_t ntunes = sizeof tunes / sizeof tunes[0];

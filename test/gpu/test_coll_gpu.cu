@@ -256,8 +256,9 @@ static void case_correct_ce(gt_ctx_t *ctx) {
     if (!gt_all_ok(ctx)) return;
     /* AllReduce's shards pushed by the copy engines too (three staging regions, cycled by 4 MiB
      * chunks), with and without an SM share */
-    const cg_param_t rs[] = {{"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_sm_permille", 200}};
-    cg_with_params(ctx, rs, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
+    const cg_param_t rs[] = {
+        {"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_sm_permille", 200}, {"ce_ramp", 1}};
+    cg_with_params(ctx, rs, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
     const cg_param_t rs0[] = {{"ce_rs", 1}, {"ce_lanes", 2}, {"ce_sm_permille", 0}};
     cg_with_params(ctx, rs0, 3, CCHAN_COLL_CE_ALLPAIRS, 3);

@@ -99,7 +99,7 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  * graph keeps the values of its capture); every rank must set the same values between the same
  * calls. -EINVAL for an unknown name or a value out of range, -ENOENT from get for an unknown name.
  *   ce_lanes        1..8      CUDA streams the copy engines' copies are spread over (default 1)
- *   ce_chunk        >= 64 KiB CE AllReduce: bytes of each shard pushed and reduced per kernel
+ *   ce_chunk        >= 4 KiB  CE AllReduce: bytes of each shard pushed and reduced per kernel
  *                             before the copy engines copy the result out (the pipeline's chunk;
  *                             at most a staging slot, about 62 MiB with the default scratch;
  *                             default 64 MiB, i.e. a slot)

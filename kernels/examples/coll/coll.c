@@ -40,6 +40,7 @@ enum {
     COLL_P_LL_SPREAD,
     COLL_P_PDL,
     COLL_P_CE_RS,
+    COLL_P_CE_RAMP,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -48,7 +49,7 @@ static const struct coll_param_def {
     int64_t def, min, max;
 } coll_param_defs[COLL_PARAM_COUNT] = {
     {"ce_lanes", "CCHAN_COLL_CE_LANES", 1, 1, COLLI_CE_LANES_MAX},
-    {"ce_chunk", "CCHAN_COLL_CE_CHUNK", 64 * (int64_t)COLL_MiB, 64 * (int64_t)COLL_KiB, INT64_MAX},
+    {"ce_chunk", "CCHAN_COLL_CE_CHUNK", 64 * (int64_t)COLL_MiB, 4 * (int64_t)COLL_KiB, INT64_MAX},
     /* -1: AllGather from 512 MiB 0 where every rank's send and recv allocations have 2 MiB pages,
      * else 400 (AllGather 1 GiB on 2xH200: 386 against 378 GB/s with such pages, 262 against 378
      * without); AllReduce 400 */
@@ -67,6 +68,9 @@ static const struct coll_param_def {
     /* CE AllReduce, 1: the copy engines push the reduce-scatter's shards too (three staging
      * regions); 0: the SMs push them inside the CE_RS kernel */
     {"ce_rs", "CCHAN_COLL_CE_RS", 0, 0, 1},
+    /* ce_rs AllReduce, 1: the first and last three chunks are 1/8, 1/4, 1/2 of ce_chunk (a
+     * shorter pipeline fill and drain); 0: equal chunks */
+    {"ce_ramp", "CCHAN_COLL_CE_RAMP", 0, 0, 1},
 };
 
 typedef struct coll_reg {
@@ -823,6 +827,33 @@ static int64_t coll_ce_permille(const cchan_coll_t *c, const coll_args_t *a, cch
  * means every peer has finished kernel k - 1, the last reader of region (k + 2) % 3. */
 #define COLL_CE_RS_REGIONS 3
 
+/* Chunk k of a shard of `shard` elements cut into chunks of `chunk` (a multiple of vec): equal
+ * chunks, or with ramp (and room for it) 1/8, 1/4, 1/2 chunk first and last. Returns the number of
+ * chunks; *off and *len are chunk k's (k < that number). The same on every rank. */
+static size_t coll_ce_chunk(size_t k, size_t shard, size_t chunk, size_t vec, int ramp, size_t *off,
+                            size_t *len) {
+    if (!ramp || chunk < 8 * vec || shard < 4 * chunk) {
+        *off = k * chunk;
+        *len = shard - *off < chunk ? shard - *off : chunk;
+        return (shard + chunk - 1) / chunk;
+    }
+    size_t h[3], hsum = 0;
+    for (int i = 0; i < 3; i++) hsum += h[i] = (chunk >> (3 - i)) / vec * vec; /* 1/8 1/4 1/2 */
+    const size_t mid = shard - 2 * hsum, nmid = (mid + chunk - 1) / chunk;
+    if (k < 3) {
+        *off = k == 0 ? 0 : k == 1 ? h[0] : h[0] + h[1];
+        *len = h[k];
+    } else if (k < 3 + nmid) {
+        *off = hsum + (k - 3) * chunk;
+        *len = mid - (k - 3) * chunk < chunk ? mid - (k - 3) * chunk : chunk;
+    } else {
+        size_t j = k - 3 - nmid; /* 1/2 1/4 1/8 */
+        *off = hsum + mid + (j == 0 ? 0 : j == 1 ? h[2] : h[2] + h[1]);
+        *len = h[2 - j];
+    }
+    return 6 + nmid;
+}
+
 static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                                 const char *where) {
     const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
@@ -835,7 +866,9 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     if (chunk > a->ce_slot) chunk = a->ce_slot;
     chunk = chunk / es / vec * vec;
     if (chunk < vec) chunk = vec;
-    const size_t nchunks = (shard + chunk - 1) / chunk;
+    const int ramp = (int)c->param[COLL_P_CE_RAMP];
+    size_t off = 0, part = 0;
+    const size_t nchunks = coll_ce_chunk(0, shard, chunk, vec, ramp, &off, &part);
     const int64_t permille = coll_ce_permille(c, a, CCHAN_COLL_ALLREDUCE);
     int ag_lanes = (int)c->param[COLL_P_CE_LANES];
     if (ag_lanes > COLLI_CE_LANES_MAX - COLL_CE_RS_REGIONS)
@@ -847,18 +880,19 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     for (size_t k = 0; k < nchunks && k < 2 && st == 0; k++) {
         a->ce_region = (uint32_t)(k % COLL_CE_RS_REGIONS);
         st = coll_ce_fork(c, (int)(k % COLL_CE_RS_REGIONS), &forked, stream);
+        (void)coll_ce_chunk(k, shard, chunk, vec, ramp, &off, &part);
         for (int j = 1; j < c->nranks && st == 0; j++) {
             int p = (me + j) % c->nranks;
             size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
-            size_t plen = coll_min_u64(shard, a->count - ps0), c0 = coll_min_u64(k * chunk, plen);
-            size_t clen = coll_min_u64(chunk, plen - c0);
+            size_t plen = coll_min_u64(shard, a->count - ps0), c0 = coll_min_u64(off, plen);
+            size_t clen = coll_min_u64(part, plen - c0);
             st = coll_ce_copy(c, (int)(k % COLL_CE_RS_REGIONS),
                               coll_ce_slot(a, a->peer_scratch[p], me), a->send + (ps0 + c0) * es,
                               clen * es);
         }
     }
     for (size_t k = 0; k < nchunks && st == 0; k++) {
-        const size_t off = k * chunk, part = shard - off < chunk ? shard - off : chunk;
+        (void)coll_ce_chunk(k, shard, chunk, vec, ramp, &off, &part);
         const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
         const int rl = (int)(k % COLL_CE_RS_REGIONS);
         if (c->platform == CCHAN_PLATFORM_CUDA) st = colli_ce_join(c->device, c->ce, rl, stream);
@@ -882,14 +916,15 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
         const size_t k2 = k + 2;
         if (k2 < nchunks && st == 0) {
             const int l2 = (int)(k2 % COLL_CE_RS_REGIONS);
+            size_t off2, part2;
+            (void)coll_ce_chunk(k2, shard, chunk, vec, ramp, &off2, &part2);
             a->ce_region = (uint32_t)l2;
             st = coll_ce_fork(c, l2, &forked, stream);
             for (int j = 1; j < c->nranks && st == 0; j++) {
                 int p = (me + j) % c->nranks;
                 size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
-                size_t plen = coll_min_u64(shard, a->count - ps0),
-                       q0 = coll_min_u64(k2 * chunk, plen);
-                size_t qlen = coll_min_u64(chunk, plen - q0);
+                size_t plen = coll_min_u64(shard, a->count - ps0), q0 = coll_min_u64(off2, plen);
+                size_t qlen = coll_min_u64(part2, plen - q0);
                 st = coll_ce_copy(c, l2, coll_ce_slot(a, a->peer_scratch[p], me),
                                   a->send + (ps0 + q0) * es, qlen * es);
             }
