@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
-#   1. test_coll_gpu: the CE all-pairs cases (ce_rs and ce_ramp among them) and their graphs;
-#   2. cchan-coll-bench at 256 MiB and 1 GiB, NCCL measured in the same run: CE all-pairs
-#      AllReduce with the shards pushed by the copy engines (ce_rs=1), equal and ramped chunks,
-#      two SM shares, twice; and HB.
+#   1. test_coll_gpu: the CE all-pairs, graph and automatic cases;
+#   2. cchan-coll-bench at 256 MiB to 1 GiB, NCCL measured in the same run: the automatic
+#      AllReduce and AllGather with 2 MiB-page buffers and with small pages, and HB AllReduce.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
@@ -75,14 +74,13 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 4 (issue 7's misses): AllReduce at 256 MiB and 1 GiB with the reduce-scatter's shards
-# pushed by the copy engines (ce_rs=1): chunk ramps (ce_ramp) by SM share, twice, and HB.
-step test 60 "$TEST" --case correct_ce,graph_ce
-L=(-b 256M -e 1G -f 4 "${B[@]}")
-for k in 1 2; do
-    step ramp_sm0_$k 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 -T ce_sm_permille=0 --sweep ce_ramp=0,1
-    step ramp_sm200_$k 16 "$BENCH" -o allreduce -a ce "${L[@]}" -T ce_rs=1 -T ce_sm_permille=200 --sweep ce_ramp=0,1
-done
+# Session 4 (issue 7's misses): the automatic AllReduce and AllGather from 256 MiB to 1 GiB (CE
+# all-pairs from 512 MiB / 64 MiB with 2 MiB pages), with 2 MiB-page buffers and with small pages
+# (--alloc-pad 4K: AllReduce must fall back to HB), and HB, against NCCL.
+step test 60 "$TEST" --case correct_ce,graph_ce,correct_auto
+L=(-b 256M -e 1G -f 2 "${B[@]}")
+step auto 16 "$BENCH" -o allreduce -o allgather "${L[@]}"
+step auto_pad 16 "$BENCH" -o allreduce -o allgather "${L[@]}" --alloc-pad 4K
 step hb 12 "$BENCH" -o allreduce -a hb "${L[@]}"
 
 echo "== test_coll_gpu"

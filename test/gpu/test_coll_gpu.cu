@@ -237,16 +237,19 @@ static void cg_with_params(gt_ctx_t *ctx, const cg_param_t *ps, int n, cchan_col
 }
 
 /* CE all-pairs (AllReduce, AllGather) with the default parameters, then with small pipeline
- * chunks spread over three lanes, a quarter of the bytes on the SMs and the local block by the
- * SMs, then the SMs alone (and chunks larger than a staging slot), then the copy engines alone on
- * every lane with the local block on a copy engine, then AllReduce's reduce-scatter on the copy
- * engines (ce_rs). */
+ * chunks spread over three lanes, a quarter of the bytes on the SMs, the local block and
+ * AllReduce's shards by the SMs, then the SMs alone (and chunks larger than a staging slot), then
+ * the copy engines alone on every lane with the local block on a copy engine, then AllReduce's
+ * reduce-scatter on the copy engines (ce_rs). */
 static void case_correct_ce(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, g_cg.ra, g_cg.rb, 3);
     if (!gt_all_ok(ctx)) return;
-    const cg_param_t lanes[] = {
-        {"ce_chunk", 4 * GT_MiB}, {"ce_lanes", 3}, {"ce_sm_permille", 250}, {"ce_local", 0}};
-    cg_with_params(ctx, lanes, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
+    const cg_param_t lanes[] = {{"ce_chunk", 4 * GT_MiB},
+                                {"ce_lanes", 3},
+                                {"ce_sm_permille", 250},
+                                {"ce_local", 0},
+                                {"ce_rs", 0}};
+    cg_with_params(ctx, lanes, 5, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
     const cg_param_t sm[] = {{"ce_chunk", 64 * GT_MiB}, {"ce_sm_permille", 1000}};
     cg_with_params(ctx, sm, 2, CCHAN_COLL_CE_ALLPAIRS, 3);

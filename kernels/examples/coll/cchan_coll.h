@@ -104,12 +104,17 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *                             at most a staging slot, about 62 MiB with the default scratch;
  *                             default 64 MiB, i.e. a slot)
  *   ce_sm_permille  -1..1000  CE paths: share of the bytes for peers that the SMs store instead of
- *                             the copy engines; -1 (default): AllGather from 512 MiB 0 where
- *                             every rank's send and recv allocations are whole numbers of 2 MiB
- *                             (2 MiB pages), else 400; AllReduce 400
+ *                             the copy engines; -1 (default): 0 where every rank's send and recv
+ *                             allocations are whole numbers of 2 MiB (2 MiB pages) for AllGather
+ *                             from 512 MiB and AllReduce with ce_rs, else 400
  *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
  *                             engine (1, default) or by the SMs (0)
  *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce: bytes a block reduces (sets the grid; 32 KiB)
+ *   ce_rs           -1..1     CE AllReduce: the copy engines push the reduce-scatter's shards
+ *                             too (1) or the SMs do (0); -1 (default): 1 where every rank's send
+ *                             and recv allocations are whole numbers of 2 MiB
+ *   ce_ramp         0 or 1    CE AllReduce with ce_rs: first and last chunks 1/8, 1/4, 1/2 of
+ *                             ce_chunk (1) or all equal (0, default)
  *   ll_spread       0 or 1    LL kernels: packets dealt to the blocks a warp at a time (1, default)
  *                             or a contiguous run per block (0)
  *   pdl             0 or 1    kernels of calls up to 2 MiB launch as programmatic dependents of

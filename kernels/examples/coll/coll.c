@@ -66,8 +66,9 @@ static const struct coll_param_def {
      * stream's previous kernel (sm_90+) */
     {"pdl", "CCHAN_COLL_PDL", 1, 0, 1},
     /* CE AllReduce, 1: the copy engines push the reduce-scatter's shards too (three staging
-     * regions); 0: the SMs push them inside the CE_RS kernel */
-    {"ce_rs", "CCHAN_COLL_CE_RS", 0, 0, 1},
+     * regions); 0: the SMs push them inside the CE_RS kernel; -1: 1 where every rank's send and
+     * recv allocations have 2 MiB pages (1 GiB on 2xH200: 370-373 against 334 GB/s) */
+    {"ce_rs", "CCHAN_COLL_CE_RS", -1, -1, 1},
     /* ce_rs AllReduce, 1: the first and last three chunks are 1/8, 1/4, 1/2 of ce_chunk (a
      * shorter pipeline fill and drain); 0: equal chunks */
     {"ce_ramp", "CCHAN_COLL_CE_RAMP", 0, 0, 1},
@@ -595,8 +596,11 @@ static const coll_reg_t *coll_find_reg(const cchan_coll_t *c, const void *p, siz
  *     NCCL in the same run, in place: 64 MiB 104.5 us against HB 115.9 (NCCL 110.5); 256 MiB
  *     367 against 381; 1 GiB 1420 (378 GB/s) against 1489 (360); at 16 MiB HB was ahead (35.5
  *     against 36.1 us) and at 4 MiB far ahead. Unmeasured with more ranks: no row.
- *   - CE all-pairs AllReduce is in no row: its best (64 MiB chunks, 40% on the SMs) reached
- *     358.5 GB/s at 1 GiB against HB's 363.3, and lost at every smaller size.
+ *   - CE all-pairs AllReduce from 512 MiB on 2 ranks, registered send and recv with 2 MiB pages
+ *     (coll_pick falls back to HB otherwise): with the copy engines pushing the reduce-scatter's
+ *     shards too (ce_rs) it reached 369.6-372.8 GB/s at 1 GiB against HB's 363.1-363.4 in the
+ *     same runs; at 256 MiB HB stays ahead (359 against 344-357). 512 MiB itself is unmeasured.
+ *     With the SMs pushing the shards (ce_rs=0) it reached 334 at 1 GiB.
  *   - PORT_RING is in no row: on 2xH200 it reached 72 GB/s bus bandwidth at 1 GiB (AllReduce;
  *     AllGather 160) against HB all-pairs' 360, every 2 MiB chunk costing a proxy round trip of
  *     ~30 us with 32 blocks' channels in flight. It runs when asked for by name.
@@ -614,6 +618,7 @@ static const coll_select_row_t coll_select_table[] = {
     {CCHAN_COLL_ALLREDUCE, 4, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLREDUCE, 8, 0, 128 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 2, 0, 512 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
+    {CCHAN_COLL_ALLREDUCE, 2, 512 * COLL_MiB, SIZE_MAX, CCHAN_COLL_CE_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 2, 64 * COLL_MiB, SIZE_MAX, CCHAN_COLL_CE_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_REDUCESCATTER, 2, 0, COLL_MiB, CCHAN_COLL_LL_ALLPAIRS},
@@ -813,9 +818,17 @@ static int coll_ce_join_all(cchan_coll_t *c, unsigned forked, void *stream) {
 static int64_t coll_ce_permille(const cchan_coll_t *c, const coll_args_t *a, cchan_coll_op_t op) {
     int64_t p = c->param[COLL_P_CE_SM_PERMILLE];
     if (p >= 0) return p;
+    if (op == CCHAN_COLL_ALLREDUCE) /* with ce_rs and 2 MiB pages, 1 GiB: 371.6-372.8 GB/s at 0,
+                                       369.6-369.8 at 200 (two runs) */
+        return a->ce_pushed && a->ce_big_pages ? 0 : 400;
     const uint64_t bytes = a->count * a->esize * (uint64_t)c->nranks;
-    return op == CCHAN_COLL_ALLGATHER && a->ce_big_pages && bytes >= COLL_CE_ALONE_MIN_BYTES ? 0
-                                                                                             : 400;
+    return a->ce_big_pages && bytes >= COLL_CE_ALONE_MIN_BYTES ? 0 : 400;
+}
+
+/* ce_rs: the copy engines push AllReduce's shards (-1: where the buffers have 2 MiB pages). */
+static int coll_ce_rs(const cchan_coll_t *c, const coll_args_t *a) {
+    int64_t v = c->param[COLL_P_CE_RS];
+    return v >= 0 ? (int)v : (int)a->ce_big_pages;
 }
 
 /* CE AllReduce with both phases on the copy engines (ce_rs = 1). Chunk k of every peer's shard is
@@ -937,7 +950,7 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
 
 static int coll_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                              const char *where) {
-    if (c->param[COLL_P_CE_RS]) return coll_ce_allreduce_rs(c, a, dt, stream, where);
+    if (coll_ce_rs(c, a)) return coll_ce_allreduce_rs(c, a, dt, stream, where);
     const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
     const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
     const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
@@ -1078,6 +1091,11 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
                            gs ? "recv" : "send");
     }
     if (*algo == CCHAN_COLL_CE_ALLPAIRS) {
+        /* AllReduce wins on the copy engines only with 2 MiB pages (their row's measurement) */
+        if (automatic && op == CCHAN_COLL_ALLREDUCE && !(gs->big_pages && gr->big_pages)) {
+            *algo = CCHAN_COLL_HB_ALLPAIRS;
+            return 0;
+        }
         coll_map_peers(c, a, gs, send, gr, recv);
         a->ce_big_pages = (uint32_t)(gs->big_pages && gr->big_pages);
         return 0;
