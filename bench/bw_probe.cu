@@ -39,6 +39,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "probe_pipe.h"
+
 #define CK(call)                                                                                   \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -281,23 +283,8 @@ static double median(double *r, int n) {
 }
 
 /* ---- two processes: handles, "go" tokens and times travel through pipes */
-static void xwrite(int fd, const void *p, size_t n) {
-    if (write(fd, p, n) != (ssize_t)n) {
-        perror("bw-probe: write");
-        exit(2);
-    }
-}
-static void xread(int fd, void *p, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = read(fd, (char *)p + got, n - got);
-        if (k <= 0) {
-            fprintf(stderr, "bw-probe: peer process went away\n");
-            exit(2);
-        }
-        got += (size_t)k;
-    }
-}
+static void xwrite(int fd, const void *p, size_t n) { probe_write("bw-probe", fd, p, n); }
+static void xread(int fd, void *p, size_t n) { probe_read("bw-probe", fd, p, n); }
 
 typedef struct opts {
     size_t mib, pad;
@@ -402,42 +389,19 @@ static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
 }
 
 static int run_procs(const char *self, const opts_t *o) {
-    int p01[2], p10[2];
-    if (pipe(p01) || pipe(p10)) return perror("bw-probe: pipe"), 2;
-    pid_t pid[2];
-    for (int r = 0; r < 2; r++) {
-        pid[r] = fork();
-        if (pid[r] < 0) return perror("bw-probe: fork"), 2;
-        if (pid[r] == 0) { /* no CUDA in the parent: exec a fresh process per GPU */
-            char rs[8], rf[16], wf[16], mb[24], rp[16], pd[24];
-            snprintf(rs, sizeof rs, "%d", r);
-            snprintf(rf, sizeof rf, "%d", r == 0 ? p10[0] : p01[0]);
-            snprintf(wf, sizeof wf, "%d", r == 0 ? p01[1] : p10[1]);
-            snprintf(mb, sizeof mb, "%zu", o->mib);
-            snprintf(pd, sizeof pd, "%zu", o->pad);
-            snprintf(rp, sizeof rp, "%d", o->reps);
-            const char *av[20];
-            int n = 0;
-            av[n++] = self, av[n++] = "--rank", av[n++] = rs, av[n++] = rf, av[n++] = wf;
-            av[n++] = "--mib", av[n++] = mb, av[n++] = "--reps", av[n++] = rp;
-            av[n++] = "--pad", av[n++] = pd;
-            if (o->only) av[n++] = "--only", av[n++] = o->only;
-            if (o->touch_peer) av[n++] = "--touch-peer";
-            if (o->one_buf) av[n++] = "--one-buf";
-            av[n] = NULL;
-            execv(self, (char *const *)av);
-            perror("bw-probe: exec");
-            _exit(2);
-        }
-    }
-    close(p01[0]), close(p01[1]), close(p10[0]), close(p10[1]);
-    int rc = 0;
-    for (int r = 0; r < 2; r++) {
-        int status = 0;
-        waitpid(pid[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status)) rc = 2;
-    }
-    return rc;
+    char mb[24], rp[16], pd[24];
+    snprintf(mb, sizeof mb, "%zu", o->mib);
+    snprintf(pd, sizeof pd, "%zu", o->pad);
+    snprintf(rp, sizeof rp, "%d", o->reps);
+    const char *extra[16];
+    int n = 0;
+    extra[n++] = "--mib", extra[n++] = mb, extra[n++] = "--reps", extra[n++] = rp;
+    extra[n++] = "--pad", extra[n++] = pd;
+    if (o->only) extra[n++] = "--only", extra[n++] = o->only;
+    if (o->touch_peer) extra[n++] = "--touch-peer";
+    if (o->one_buf) extra[n++] = "--one-buf";
+    extra[n] = NULL;
+    return probe_run_pair("bw-probe", self, extra);
 }
 
 int main(int argc, char **argv) {

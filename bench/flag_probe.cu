@@ -28,6 +28,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "probe_pipe.h"
+
 #define CK(call)                                                                                   \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -335,23 +337,8 @@ static int run_single(const opts_t *o) {
 }
 
 /* ---- two processes: rank 0 and rank 1 exchange IPC handles and "go" tokens through pipes */
-static void xwrite(int fd, const void *p, size_t n) {
-    if (write(fd, p, n) != (ssize_t)n) {
-        perror("flag-probe: write");
-        exit(2);
-    }
-}
-static void xread(int fd, void *p, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = read(fd, (char *)p + got, n - got);
-        if (k <= 0) {
-            fprintf(stderr, "flag-probe: peer process went away\n");
-            exit(2);
-        }
-        got += (size_t)k;
-    }
-}
+static void xwrite(int fd, const void *p, size_t n) { probe_write("flag-probe", fd, p, n); }
+static void xread(int fd, void *p, size_t n) { probe_read("flag-probe", fd, p, n); }
 
 static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
     CK(cudaSetDevice(rank));
@@ -394,33 +381,11 @@ static int run_rank(int rank, int rfd, int wfd, const opts_t *o) {
 }
 
 static int run_procs(const char *self, const opts_t *o) {
-    int p01[2], p10[2];
-    if (pipe(p01) || pipe(p10)) return perror("flag-probe: pipe"), 2;
-    pid_t pid[2];
-    for (int r = 0; r < 2; r++) {
-        pid[r] = fork();
-        if (pid[r] < 0) return perror("flag-probe: fork"), 2;
-        if (pid[r] == 0) { /* no CUDA in the parent: exec a fresh process per GPU */
-            char rs[8], rf[16], wf[16], it[16], rp[16];
-            snprintf(rs, sizeof rs, "%d", r);
-            snprintf(rf, sizeof rf, "%d", r == 0 ? p10[0] : p01[0]);
-            snprintf(wf, sizeof wf, "%d", r == 0 ? p01[1] : p10[1]);
-            snprintf(it, sizeof it, "%d", o->iters);
-            snprintf(rp, sizeof rp, "%d", o->reps);
-            execl(self, self, "--rank", rs, rf, wf, "--iters", it, "--reps", rp,
-                  o->cpu_poll ? "--cpu-poll" : (char *)NULL, (char *)NULL);
-            perror("flag-probe: exec");
-            _exit(2);
-        }
-    }
-    close(p01[0]), close(p01[1]), close(p10[0]), close(p10[1]);
-    int rc = 0;
-    for (int r = 0; r < 2; r++) {
-        int status = 0;
-        waitpid(pid[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status)) rc = 2;
-    }
-    return rc;
+    char it[16], rp[16];
+    snprintf(it, sizeof it, "%d", o->iters);
+    snprintf(rp, sizeof rp, "%d", o->reps);
+    const char *extra[] = {"--iters", it, "--reps", rp, o->cpu_poll ? "--cpu-poll" : NULL, NULL};
+    return probe_run_pair("flag-probe", self, extra);
 }
 
 int main(int argc, char **argv) {
