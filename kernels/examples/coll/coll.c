@@ -867,6 +867,33 @@ static size_t coll_ce_chunk(size_t k, size_t shard, size_t chunk, size_t vec, in
     return 6 + nmid;
 }
 
+/* Chunk k ([off, off + part) of every shard) of every peer's shard, from send into that peer's
+ * staging region k % 3 for this rank, on copy-engine lane k % 3 forked from the stream. */
+static int coll_ce_push_shards(cchan_coll_t *c, coll_args_t *a, size_t k, size_t off, size_t part,
+                               size_t shard, unsigned *forked, void *stream) {
+    const int lane = (int)(k % COLL_CE_RS_REGIONS), me = c->rank;
+    const size_t es = a->esize;
+    a->ce_region = (uint32_t)lane;
+    int st = coll_ce_fork(c, lane, forked, stream);
+    for (int j = 1; j < c->nranks && st == 0; j++) {
+        int p = (me + j) % c->nranks;
+        size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
+        size_t plen = coll_min_u64(shard, a->count - ps0), c0 = coll_min_u64(off, plen);
+        size_t clen = coll_min_u64(part, plen - c0);
+        st = coll_ce_copy(c, lane, coll_ce_slot(a, a->peer_scratch[p], me),
+                          a->send + (ps0 + c0) * es, clen * es);
+    }
+    return st;
+}
+
+/* ce_chunk in elements: at most a staging slot, whole vectors. */
+static size_t coll_ce_chunk_elems(const cchan_coll_t *c, const coll_args_t *a, size_t vec) {
+    size_t chunk = (size_t)c->param[COLL_P_CE_CHUNK];
+    if (chunk > a->ce_slot) chunk = a->ce_slot;
+    chunk = chunk / a->esize / vec * vec;
+    return chunk < vec ? vec : chunk;
+}
+
 static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                                 const char *where) {
     const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
@@ -875,10 +902,7 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     const size_t len = coll_min_u64(shard, a->count - s0);
     a->ce_slot = (a->sw_off - a->hb_off) / (COLL_CE_RS_REGIONS * n) / 16 * 16;
     a->ce_pushed = 1;
-    size_t chunk = (size_t)c->param[COLL_P_CE_CHUNK];
-    if (chunk > a->ce_slot) chunk = a->ce_slot;
-    chunk = chunk / es / vec * vec;
-    if (chunk < vec) chunk = vec;
+    const size_t chunk = coll_ce_chunk_elems(c, a, vec);
     const int ramp = (int)c->param[COLL_P_CE_RAMP];
     size_t off = 0, part = 0;
     const size_t nchunks = coll_ce_chunk(0, shard, chunk, vec, ramp, &off, &part);
@@ -888,21 +912,10 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
         ag_lanes = COLLI_CE_LANES_MAX - COLL_CE_RS_REGIONS;
     unsigned forked = 0;
     int st = coll_run_barrier(c, a, stream, where);
-    /* chunk k's pushes of every peer's shard, on lane k % 3 (forked from the stream) */
     const int me = c->rank;
     for (size_t k = 0; k < nchunks && k < 2 && st == 0; k++) {
-        a->ce_region = (uint32_t)(k % COLL_CE_RS_REGIONS);
-        st = coll_ce_fork(c, (int)(k % COLL_CE_RS_REGIONS), &forked, stream);
         (void)coll_ce_chunk(k, shard, chunk, vec, ramp, &off, &part);
-        for (int j = 1; j < c->nranks && st == 0; j++) {
-            int p = (me + j) % c->nranks;
-            size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
-            size_t plen = coll_min_u64(shard, a->count - ps0), c0 = coll_min_u64(off, plen);
-            size_t clen = coll_min_u64(part, plen - c0);
-            st = coll_ce_copy(c, (int)(k % COLL_CE_RS_REGIONS),
-                              coll_ce_slot(a, a->peer_scratch[p], me), a->send + (ps0 + c0) * es,
-                              clen * es);
-        }
+        st = coll_ce_push_shards(c, a, k, off, part, shard, &forked, stream);
     }
     for (size_t k = 0; k < nchunks && st == 0; k++) {
         (void)coll_ce_chunk(k, shard, chunk, vec, ramp, &off, &part);
@@ -926,21 +939,10 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
             st = coll_ce_copy(c, al, a->peer_recv[p] + at, a->recv + at, bytes);
         }
         /* chunk k + 2's pushes, once kernel k's barrier has freed its region on every peer */
-        const size_t k2 = k + 2;
-        if (k2 < nchunks && st == 0) {
-            const int l2 = (int)(k2 % COLL_CE_RS_REGIONS);
+        if (k + 2 < nchunks && st == 0) {
             size_t off2, part2;
-            (void)coll_ce_chunk(k2, shard, chunk, vec, ramp, &off2, &part2);
-            a->ce_region = (uint32_t)l2;
-            st = coll_ce_fork(c, l2, &forked, stream);
-            for (int j = 1; j < c->nranks && st == 0; j++) {
-                int p = (me + j) % c->nranks;
-                size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
-                size_t plen = coll_min_u64(shard, a->count - ps0), q0 = coll_min_u64(off2, plen);
-                size_t qlen = coll_min_u64(part2, plen - q0);
-                st = coll_ce_copy(c, l2, coll_ce_slot(a, a->peer_scratch[p], me),
-                                  a->send + (ps0 + q0) * es, qlen * es);
-            }
+            (void)coll_ce_chunk(k + 2, shard, chunk, vec, ramp, &off2, &part2);
+            st = coll_ce_push_shards(c, a, k + 2, off2, part2, shard, &forked, stream);
         }
     }
     if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA) st = coll_ce_join_all(c, forked, stream);
@@ -955,10 +957,7 @@ static int coll_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stre
     const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
     const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
     const size_t len = coll_min_u64(shard, a->count - s0);
-    size_t chunk = (size_t)c->param[COLL_P_CE_CHUNK];
-    if (chunk > a->ce_slot) chunk = a->ce_slot;
-    chunk = chunk / es / vec * vec;
-    if (chunk < vec) chunk = vec;
+    const size_t chunk = coll_ce_chunk_elems(c, a, vec);
     const int64_t permille = coll_ce_permille(c, a, CCHAN_COLL_ALLREDUCE);
     const int lanes = (int)c->param[COLL_P_CE_LANES];
     unsigned forked = 0;
