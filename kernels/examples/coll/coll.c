@@ -536,7 +536,8 @@ int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
         return coll_wrap(st, where, "cchan_mem_exchange");
     }
     /* whether every rank's allocation has 2 MiB pages (ce_allpairs picks its SM share by it) */
-    int mine = c->platform == CCHAN_PLATFORM_CUDA && colli_cuda_big_pages(ptr), all[COLL_MAX_RANKS];
+    int mine = c->platform == CCHAN_PLATFORM_CUDA && colli_cuda_big_pages(c->device, ptr),
+        all[COLL_MAX_RANKS];
     st = cchan_bootstrap_allgather(cchan_comm_bootstrap(c->comm), &mine, all, sizeof mine);
     if (st < 0) {
         coll_reg_release(c, g);

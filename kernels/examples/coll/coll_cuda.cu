@@ -216,7 +216,7 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (cuMemGetAddressRange). cudaMalloc
  * maps any other size with small pages, and copy-engine copies between two GPUs that both send
  * then fall from 389 to 250-310 GB/s on 2xH200 (cchan-bw-probe --pad). 0 when unknown. */
-int colli_cuda_big_pages(const void *ptr) {
+int colli_cuda_big_pages(int device, const void *ptr) {
     typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
     static range_fn fn;
     static int looked;
@@ -231,10 +231,14 @@ int colli_cuda_big_pages(const void *ptr) {
             (void)cudaGetLastError();
         __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
     }
+    /* cuMemGetAddressRange looks in the current context only: the buffer's GPU's */
     CUdeviceptr base = 0;
     size_t size = 0;
-    if (!fn || fn(&base, &size, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) return 0;
-    return size % ((size_t)2 << 20) == 0;
+    coll_device_scope_t s;
+    if (!fn || coll_enter(device, &s) != cudaSuccess) return 0;
+    CUresult r = fn(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+    coll_leave(device, &s);
+    return r == CUDA_SUCCESS && size % ((size_t)2 << 20) == 0;
 }
 
 /* ------------------------------------------------------------------ copy-engine lanes */

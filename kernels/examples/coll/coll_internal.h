@@ -37,7 +37,7 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
                       uint32_t nblocks, uint32_t nthreads, int pdl, void *stream);
 
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (so mapped with 2 MiB pages). */
-int colli_cuda_big_pages(const void *ptr);
+int colli_cuda_big_pages(int device, const void *ptr);
 
 /* Copy-engine copies on side streams of the caller's stream (CE all-pairs). fork: `lane` waits
  * for the work enqueued on `stream` so far; copy: a cudaMemcpyAsync on the lane (peer memory

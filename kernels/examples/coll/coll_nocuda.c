@@ -23,8 +23,8 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
     (void)stream;
     return coll_no_cuda();
 }
-int colli_cuda_big_pages(const void *ptr) {
-    (void)ptr;
+int colli_cuda_big_pages(int device, const void *ptr) {
+    (void)device, (void)ptr;
     return 0;
 }
 int colli_ce_create(int device, colli_ce_t **out) {
