@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 150 s with the build.
+# cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 200 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
 #   1. test_coll_gpu: the CE all-pairs, graph and automatic cases;
-#   2. cchan-coll-bench at 256 MiB to 1 GiB, NCCL measured in the same run: the automatic
-#      AllReduce and AllGather with 2 MiB-page buffers and with small pages, and HB AllReduce.
+#   2. cchan-coll-bench, NCCL measured in the same run: CE AllReduce with the copy-engine
+#      reduce-scatter at 1 GiB by shard lanes, staging regions, chunk and ramp; 256-512 MiB; HB.
 # Logs under $OUT/colltune; a compact table of every row is printed last.
 #
 #   scripts/device-colltune.sh            (from anywhere in the repository)
 #
-# Environment: OUT (default /tmp), BUILD (default build-colltune-dev), BUDGET (seconds, 145).
+# Environment: OUT (default /tmp), BUILD (default build-colltune-dev), BUDGET (seconds, 240).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-ranks.sh
 OUT=${OUT:-/tmp}
 BUILD=${BUILD:-build-colltune-dev}
-BUDGET=${BUDGET:-160}
+BUDGET=${BUDGET:-240}
 LOG=$OUT/colltune
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
@@ -74,14 +74,18 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 4 (issue 7's misses): the automatic AllReduce and AllGather from 256 MiB to 1 GiB (CE
-# all-pairs from 512 MiB / 64 MiB with 2 MiB pages), with 2 MiB-page buffers and with small pages
-# (--alloc-pad 4K: AllReduce must fall back to HB), and HB, against NCCL.
-step test 60 "$TEST" --case correct_ce,graph_ce,correct_auto
-L=(-b 256M -e 1G -f 2 "${B[@]}")
-step auto 16 "$BENCH" -o allreduce -o allgather "${L[@]}"
-step auto_pad 16 "$BENCH" -o allreduce -o allgather "${L[@]}" --alloc-pad 4K
-step hb 12 "$BENCH" -o allreduce -a hb "${L[@]}"
+# Session 5 (issue 7, AllReduce 1 GiB): ce_rs with its shard pushes on one lane in chunk order
+# (ce_rs_lanes=1, per-chunk marks) against three lanes (the old pipeline), staging regions, chunk
+# sizes and ramps; 256-512 MiB against HB; NCCL in every step.
+step test 75 "$TEST" --case correct_ce,graph_ce,correct_auto
+G=(-b 1G -e 1G "${B[@]}")
+step lanes 16 "$BENCH" -o allreduce -a ce "${G[@]}" --sweep ce_rs_lanes=3,1,2
+step regions 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 --sweep ce_regions=2,4,6
+step chunk 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_regions=4 --sweep ce_chunk=4M,8M,12M
+step ramp 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_regions=4 --sweep ce_ramp=0,1
+step mid 16 "$BENCH" -o allreduce -a ce -b 256M -e 512M -f 2 "${B[@]}" --sweep ce_rs_lanes=3,1
+step hb 16 "$BENCH" -o allreduce -a hb -b 256M -e 1G -f 2 "${B[@]}"
+step lanes2 16 "$BENCH" -o allreduce -a ce "${G[@]}" --sweep ce_rs_lanes=1,3
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -265,6 +265,18 @@ static void case_correct_ce(gt_ctx_t *ctx) {
     if (!gt_all_ok(ctx)) return;
     const cg_param_t rs0[] = {{"ce_rs", 1}, {"ce_lanes", 2}, {"ce_sm_permille", 0}};
     cg_with_params(ctx, rs0, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
+    if (!gt_all_ok(ctx)) return;
+    /* five regions (four 2 MiB chunks ahead) on one shard lane, ramped; two regions on two */
+    const cg_param_t rs5[] = {{"ce_rs", 1},
+                              {"ce_chunk", 2 * GT_MiB},
+                              {"ce_regions", 5},
+                              {"ce_rs_lanes", 1},
+                              {"ce_ramp", 1}};
+    cg_with_params(ctx, rs5, 5, CCHAN_COLL_CE_ALLPAIRS, 3);
+    if (!gt_all_ok(ctx)) return;
+    const cg_param_t rs2[] = {
+        {"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_regions", 2}, {"ce_rs_lanes", 2}};
+    cg_with_params(ctx, rs2, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
 }
 
 /* Zero-copy AllReduce with small blocks (a larger grid). */
@@ -369,11 +381,13 @@ static void case_graph_replay(gt_ctx_t *ctx) {
 }
 
 /* CE all-pairs in graphs: the copy-engine lanes are forked from and joined into the capturing
- * stream; several pipeline chunks and lanes; and a graph mixing CE, zero-copy and LL calls. */
+ * stream (and, for ce_rs, waited for at per-chunk marks); several pipeline chunks and lanes; and a
+ * graph mixing CE, zero-copy and LL calls. */
 static void case_graph_ce(gt_ctx_t *ctx) {
     const cg_param_t ps[] = {{"ce_chunk", 4 * GT_MiB}, {"ce_lanes", 2},
                              {"ce_sm_permille", 100},  {"zc_block_bytes", 8 * GT_KiB},
-                             {"ce_local", 1},          {"ce_rs", 1}};
+                             {"ce_local", 1},          {"ce_rs", 1},
+                             {"ce_rs_lanes", 1},       {"ce_regions", 4}};
     const int nps = (int)(sizeof ps / sizeof ps[0]);
     int64_t old[8];
     for (int i = 0; i < nps; i++) {

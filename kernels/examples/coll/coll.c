@@ -41,6 +41,8 @@ enum {
     COLL_P_PDL,
     COLL_P_CE_RS,
     COLL_P_CE_RAMP,
+    COLL_P_CE_REGIONS,
+    COLL_P_CE_RS_LANES,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -72,6 +74,12 @@ static const struct coll_param_def {
     /* ce_rs AllReduce, 1: the first and last three chunks are 1/8, 1/4, 1/2 of ce_chunk (a
      * shorter pipeline fill and drain); 0: equal chunks */
     {"ce_ramp", "CCHAN_COLL_CE_RAMP", 0, 0, 1},
+    /* ce_rs AllReduce: staging regions in the scratch (chunk k uses region k % ce_regions; the
+     * copy engines run ce_regions - 1 chunks ahead of the reduction) */
+    {"ce_regions", "CCHAN_COLL_CE_REGIONS", 3, 2, 8},
+    /* ce_rs AllReduce: copy-engine lanes for the shard pushes (chunk k on lane k % ce_rs_lanes;
+     * at most ce_regions); 1: one after the other, in chunk order */
+    {"ce_rs_lanes", "CCHAN_COLL_CE_RS_LANES", 3, 1, 8},
 };
 
 typedef struct coll_reg {
@@ -832,14 +840,16 @@ static int coll_ce_rs(const cchan_coll_t *c, const coll_args_t *a) {
     return v >= 0 ? (int)v : (int)a->ce_big_pages;
 }
 
-/* CE AllReduce with both phases on the copy engines (ce_rs = 1). Chunk k of every peer's shard is
- * pushed by a copy engine into that peer's staging region k % 3 on lane k % 3; the CE_RS kernel
- * of chunk k waits for that copy (a join), meets every peer at its per-block barrier (so every
- * peer's copy into this rank has landed: each peer's kernel also began after its own copy), and
- * reduces; a copy engine then pushes the reduced chunk (less the SMs' share) into every peer's
- * recv on lanes 3..7. The push of chunk k + 2 is forked after kernel k: that kernel's barrier
- * means every peer has finished kernel k - 1, the last reader of region (k + 2) % 3. */
-#define COLL_CE_RS_REGIONS 3
+/* CE AllReduce with both phases on the copy engines (ce_rs = 1), R = ce_regions staging regions
+ * and L = ce_rs_lanes shard lanes. Chunk k of every peer's shard is pushed by a copy engine into
+ * that peer's staging region k % R on lane k % L, and a mark after it; the CE_RS kernel of chunk k
+ * waits for that mark, meets every peer at its per-block barrier (so every peer's copy into this
+ * rank has landed: each peer's kernel also began after its own copy), and reduces; a copy engine
+ * then pushes the reduced chunk (less the SMs' share) into every peer's recv on the lanes after
+ * the shard lanes. The push of chunk k + R - 1 is forked after kernel k: that kernel's barrier
+ * means every peer has finished kernel k - 1, the last reader of region (k + R - 1) % R. On one
+ * lane the pushes run back to back in chunk order, so the first kernel starts after one chunk's
+ * copy. */
 
 /* Chunk k of a shard of `shard` elements cut into chunks of `chunk` (a multiple of vec): equal
  * chunks, or with ramp (and room for it) 1/8, 1/4, 1/2 chunk first and last. Returns the number of
@@ -868,13 +878,22 @@ static size_t coll_ce_chunk(size_t k, size_t shard, size_t chunk, size_t vec, in
     return 6 + nmid;
 }
 
+/* The ce_rs pipeline's shape: staging regions and shard lanes, the same on every rank. */
+typedef struct coll_ce_rs_plan {
+    size_t shard, chunk, vec, nchunks;
+    int ramp, regions, lanes;
+} coll_ce_rs_plan_t;
+
 /* Chunk k ([off, off + part) of every shard) of every peer's shard, from send into that peer's
- * staging region k % 3 for this rank, on copy-engine lane k % 3 forked from the stream. */
-static int coll_ce_push_shards(cchan_coll_t *c, coll_args_t *a, size_t k, size_t off, size_t part,
-                               size_t shard, unsigned *forked, void *stream) {
-    const int lane = (int)(k % COLL_CE_RS_REGIONS), me = c->rank;
-    const size_t es = a->esize;
-    a->ce_region = (uint32_t)lane;
+ * staging region k % R for this rank, on copy-engine lane k % L forked from the stream; then mark
+ * k % COLLI_CE_MARKS on that lane (the kernel of chunk k waits for it). */
+static int coll_ce_push_shards(cchan_coll_t *c, coll_args_t *a, const coll_ce_rs_plan_t *pl,
+                               size_t k, unsigned *forked, void *stream) {
+    size_t off, part;
+    (void)coll_ce_chunk(k, pl->shard, pl->chunk, pl->vec, pl->ramp, &off, &part);
+    const int lane = (int)(k % (size_t)pl->lanes), me = c->rank;
+    const size_t es = a->esize, shard = pl->shard;
+    a->ce_region = (uint32_t)(k % (size_t)pl->regions);
     int st = coll_ce_fork(c, lane, forked, stream);
     for (int j = 1; j < c->nranks && st == 0; j++) {
         int p = (me + j) % c->nranks;
@@ -884,6 +903,8 @@ static int coll_ce_push_shards(cchan_coll_t *c, coll_args_t *a, size_t k, size_t
         st = coll_ce_copy(c, lane, coll_ce_slot(a, a->peer_scratch[p], me),
                           a->send + (ps0 + c0) * es, clen * es);
     }
+    if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA)
+        st = colli_ce_mark(c->device, c->ce, lane, (int)(k % COLLI_CE_MARKS));
     return st;
 }
 
@@ -898,53 +919,51 @@ static size_t coll_ce_chunk_elems(const cchan_coll_t *c, const coll_args_t *a, s
 static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                                 const char *where) {
     const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
-    const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
-    const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
-    const size_t len = coll_min_u64(shard, a->count - s0);
-    a->ce_slot = (a->sw_off - a->hb_off) / (COLL_CE_RS_REGIONS * n) / 16 * 16;
+    coll_ce_rs_plan_t pl = {.vec = vec, .ramp = (int)c->param[COLL_P_CE_RAMP]};
+    pl.shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
+    pl.regions = (int)c->param[COLL_P_CE_REGIONS];
+    pl.lanes = (int)c->param[COLL_P_CE_RS_LANES];
+    if (pl.lanes > pl.regions) pl.lanes = pl.regions; /* a lane per region at most */
+    const size_t s0 = coll_min_u64((uint64_t)c->rank * pl.shard, a->count);
+    const size_t len = coll_min_u64(pl.shard, a->count - s0);
+    a->ce_slot = (a->sw_off - a->hb_off) / ((size_t)pl.regions * n) / 16 * 16;
     a->ce_pushed = 1;
-    const size_t chunk = coll_ce_chunk_elems(c, a, vec);
-    const int ramp = (int)c->param[COLL_P_CE_RAMP];
+    pl.chunk = coll_ce_chunk_elems(c, a, vec);
     size_t off = 0, part = 0;
-    const size_t nchunks = coll_ce_chunk(0, shard, chunk, vec, ramp, &off, &part);
+    pl.nchunks = coll_ce_chunk(0, pl.shard, pl.chunk, vec, pl.ramp, &off, &part);
+    const size_t ahead = (size_t)pl.regions - 1;
     const int64_t permille = coll_ce_permille(c, a, CCHAN_COLL_ALLREDUCE);
     int ag_lanes = (int)c->param[COLL_P_CE_LANES];
-    if (ag_lanes > COLLI_CE_LANES_MAX - COLL_CE_RS_REGIONS)
-        ag_lanes = COLLI_CE_LANES_MAX - COLL_CE_RS_REGIONS;
+    if (ag_lanes > COLLI_CE_LANES_MAX - pl.lanes) ag_lanes = COLLI_CE_LANES_MAX - pl.lanes;
     unsigned forked = 0;
     int st = coll_run_barrier(c, a, stream, where);
     const int me = c->rank;
-    for (size_t k = 0; k < nchunks && k < 2 && st == 0; k++) {
-        (void)coll_ce_chunk(k, shard, chunk, vec, ramp, &off, &part);
-        st = coll_ce_push_shards(c, a, k, off, part, shard, &forked, stream);
-    }
-    for (size_t k = 0; k < nchunks && st == 0; k++) {
-        (void)coll_ce_chunk(k, shard, chunk, vec, ramp, &off, &part);
+    for (size_t k = 0; k < pl.nchunks && k < ahead && st == 0; k++)
+        st = coll_ce_push_shards(c, a, &pl, k, &forked, stream);
+    for (size_t k = 0; k < pl.nchunks && st == 0; k++) {
+        (void)coll_ce_chunk(k, pl.shard, pl.chunk, vec, pl.ramp, &off, &part);
         const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
-        const int rl = (int)(k % COLL_CE_RS_REGIONS);
-        if (c->platform == CCHAN_PLATFORM_CUDA) st = colli_ce_join(c->device, c->ce, rl, stream);
+        if (c->platform == CCHAN_PLATFORM_CUDA)
+            st = colli_ce_wait_mark(c->device, c->ce, (int)(k % COLLI_CE_MARKS), stream);
         a->part_off = off;
         a->part_len = part;
         a->sm_len = sm;
-        a->ce_region = (uint32_t)rl;
+        a->ce_region = (uint32_t)(k % (size_t)pl.regions);
         if (st == 0)
             st = coll_run(c, COLL_K_CE_RS, dt, a, coll_zc_grid(c, part * es), stream, where);
         /* the reduced chunk, less the SMs' share, into every peer's recv */
         const size_t c0 = off < len ? off : len;
         const size_t clen = len - c0 < part ? len - c0 : part;
         const size_t at = (s0 + c0 + sm) * es, bytes = clen > sm ? (clen - sm) * es : 0;
-        const int al = COLL_CE_RS_REGIONS + (int)(k % (size_t)ag_lanes);
+        const int al = pl.lanes + (int)(k % (size_t)ag_lanes);
         if (st == 0 && bytes && c->nranks > 1) st = coll_ce_fork(c, al, &forked, stream);
         for (int j = 1; j < c->nranks && st == 0; j++) {
             int p = (me + j) % c->nranks;
             st = coll_ce_copy(c, al, a->peer_recv[p] + at, a->recv + at, bytes);
         }
-        /* chunk k + 2's pushes, once kernel k's barrier has freed its region on every peer */
-        if (k + 2 < nchunks && st == 0) {
-            size_t off2, part2;
-            (void)coll_ce_chunk(k + 2, shard, chunk, vec, ramp, &off2, &part2);
-            st = coll_ce_push_shards(c, a, k + 2, off2, part2, shard, &forked, stream);
-        }
+        /* chunk k + R - 1's pushes, once kernel k's barrier has freed its region on every peer */
+        if (k + ahead < pl.nchunks && st == 0)
+            st = coll_ce_push_shards(c, a, &pl, k + ahead, &forked, stream);
     }
     if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA) st = coll_ce_join_all(c, forked, stream);
     if (st == 0) st = coll_run_barrier(c, a, stream, where);

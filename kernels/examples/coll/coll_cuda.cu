@@ -246,6 +246,7 @@ int colli_cuda_big_pages(int device, const void *ptr) {
 struct colli_ce {
     cudaStream_t lane[COLLI_CE_LANES_MAX];
     cudaEvent_t fork[COLLI_CE_LANES_MAX], join[COLLI_CE_LANES_MAX];
+    cudaEvent_t mark[COLLI_CE_MARKS];
 };
 
 void colli_ce_destroy(int device, colli_ce_t *ce) {
@@ -260,6 +261,8 @@ void colli_ce_destroy(int device, colli_ce_t *ce) {
         if (ce->fork[l]) cudaEventDestroy(ce->fork[l]);
         if (ce->join[l]) cudaEventDestroy(ce->join[l]);
     }
+    for (int m = 0; m < COLLI_CE_MARKS; m++)
+        if (ce->mark[m]) cudaEventDestroy(ce->mark[m]);
     coll_leave(device, &s);
     free(ce);
 }
@@ -274,6 +277,8 @@ int colli_ce_create(int device, colli_ce_t **out) {
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->fork[l], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->join[l], cudaEventDisableTiming);
     }
+    for (int m = 0; m < COLLI_CE_MARKS && e == cudaSuccess; m++)
+        e = cudaEventCreateWithFlags(&ce->mark[m], cudaEventDisableTiming);
     coll_leave(device, &s);
     if (e != cudaSuccess) {
         colli_ce_destroy(device, ce);
@@ -302,6 +307,22 @@ int colli_ce_fork(int device, colli_ce_t *ce, int lane, void *stream) {
 int colli_ce_join(int device, colli_ce_t *ce, int lane, void *stream) {
     return coll_ce_order(device, ce->lane[lane], (cudaStream_t)stream, ce->join[lane],
                          "join of a copy-engine lane");
+}
+
+int colli_ce_mark(int device, colli_ce_t *ce, int lane, int slot) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) e = cudaEventRecord(ce->mark[slot], ce->lane[lane]);
+    coll_leave(device, &s);
+    return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll", "mark on a copy-engine lane");
+}
+
+int colli_ce_wait_mark(int device, colli_ce_t *ce, int slot, void *stream) {
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)stream, ce->mark[slot], 0);
+    coll_leave(device, &s);
+    return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll", "wait for a copy-engine mark");
 }
 
 int colli_ce_copy(int device, colli_ce_t *ce, int lane, void *dst, const void *src, size_t bytes) {

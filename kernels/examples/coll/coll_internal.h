@@ -50,6 +50,12 @@ void colli_ce_destroy(int device, colli_ce_t *ce);
 int colli_ce_fork(int device, colli_ce_t *ce, int lane, void *stream);
 int colli_ce_copy(int device, colli_ce_t *ce, int lane, void *dst, const void *src, size_t bytes);
 int colli_ce_join(int device, colli_ce_t *ce, int lane, void *stream);
+/* Marks: mark `slot` records what lane `lane` has enqueued so far; a later wait makes `stream` wait
+ * for that point only (not for what the lane enqueued after it). Slots are reused: a slot's wait
+ * must come (in host order) before the slot is marked again. */
+#define COLLI_CE_MARKS 16
+int colli_ce_mark(int device, colli_ce_t *ce, int lane, int slot);
+int colli_ce_wait_mark(int device, colli_ce_t *ce, int slot, void *stream);
 
 /* Records the calling thread's error message (cchan_coll_last_error) and returns status. */
 int colli_error(int status, const char *where, const char *fmt, ...)

@@ -44,3 +44,11 @@ int colli_ce_join(int device, colli_ce_t *ce, int lane, void *stream) {
     (void)device, (void)ce, (void)lane, (void)stream;
     return coll_no_cuda();
 }
+int colli_ce_mark(int device, colli_ce_t *ce, int lane, int slot) {
+    (void)device, (void)ce, (void)lane, (void)slot;
+    return coll_no_cuda();
+}
+int colli_ce_wait_mark(int device, colli_ce_t *ce, int slot, void *stream) {
+    (void)device, (void)ce, (void)slot, (void)stream;
+    return coll_no_cuda();
+}
