@@ -75,17 +75,17 @@ step() {
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
 # Session 5 (issue 7, AllReduce 1 GiB): ce_rs with its shard pushes on one lane in chunk order
-# (ce_rs_lanes=1, per-chunk marks) against three lanes (the old pipeline), staging regions, chunk
-# sizes and ramps; 256-512 MiB against HB; NCCL in every step.
+# (ce_rs_lanes=1, per-chunk marks); staging slots per peer only (80 MiB at 3 regions on 2 ranks):
+# chunk sizes, a ramp at the end, regions; 128-512 MiB against HB; NCCL in every step. Run 1 of
+# this session gave 2766 + 7 us per chunk (4-40 MiB chunks).
 step test 75 "$TEST" --case correct_ce,graph_ce,correct_auto
 G=(-b 1G -e 1G "${B[@]}")
-step lanes 16 "$BENCH" -o allreduce -a ce "${G[@]}" --sweep ce_rs_lanes=3,1,2
-step regions 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 --sweep ce_regions=2,4,6
-step chunk 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_regions=4 --sweep ce_chunk=4M,8M,12M
-step ramp 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_regions=4 --sweep ce_ramp=0,1
-step mid 16 "$BENCH" -o allreduce -a ce -b 256M -e 512M -f 2 "${B[@]}" --sweep ce_rs_lanes=3,1
-step hb 16 "$BENCH" -o allreduce -a hb -b 256M -e 1G -f 2 "${B[@]}"
-step lanes2 16 "$BENCH" -o allreduce -a ce "${G[@]}" --sweep ce_rs_lanes=1,3
+step chunk 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 --sweep ce_chunk=40M,64M,80M
+step ramp 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_chunk=80M --sweep ce_ramp=0,2
+step regions 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_chunk=128M --sweep ce_regions=2,3,4
+step mid 20 "$BENCH" -o allreduce -a ce -b 128M -e 512M -f 2 "${B[@]}" -T ce_rs_lanes=1 --sweep ce_chunk=32M,64M
+step hb 16 "$BENCH" -o allreduce -a hb -b 128M -e 1G -f 2 "${B[@]}"
+step again 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 --sweep ce_chunk=80M,64M,40M
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -371,10 +371,11 @@ int main(int argc, char **argv) {
              * down where the shard holds four (1/8, 1/4, 1/2 chunk first and last: the largest
              * counts at 2 and 4 ranks), cycle through the three staging regions; then equal
              * chunks, no SM share and two output lanes; then five regions (four chunks ahead)
-             * on one shard lane, ramped, and two regions (one ahead) on two lanes */
+             * on one shard lane, ramped down at the end, and two regions (one ahead) on two lanes
+             */
             {{"ce_rs", 1}, {"ce_chunk", 16384}, {"ce_ramp", 1}},
             {{"ce_ramp", 0}, {"ce_sm_permille", 0}, {"ce_lanes", 2}},
-            {{"ce_regions", 5}, {"ce_rs_lanes", 1}, {"ce_ramp", 1}},
+            {{"ce_regions", 5}, {"ce_rs_lanes", 1}, {"ce_ramp", 2}},
             {{"ce_regions", 2}, {"ce_rs_lanes", 2}, {"ce_ramp", 0}},
             {{"zc_block_bytes", 1024}, {"ce_local", 0}, {"ce_lanes", 2}},
         };

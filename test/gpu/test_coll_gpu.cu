@@ -266,12 +266,13 @@ static void case_correct_ce(gt_ctx_t *ctx) {
     const cg_param_t rs0[] = {{"ce_rs", 1}, {"ce_lanes", 2}, {"ce_sm_permille", 0}};
     cg_with_params(ctx, rs0, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
-    /* five regions (four 2 MiB chunks ahead) on one shard lane, ramped; two regions on two */
+    /* five regions (four 2 MiB chunks ahead) on one shard lane, ramped down at the end; two
+     * regions on two lanes */
     const cg_param_t rs5[] = {{"ce_rs", 1},
                               {"ce_chunk", 2 * GT_MiB},
                               {"ce_regions", 5},
                               {"ce_rs_lanes", 1},
-                              {"ce_ramp", 1}};
+                              {"ce_ramp", 2}};
     cg_with_params(ctx, rs5, 5, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
     const cg_param_t rs2[] = {

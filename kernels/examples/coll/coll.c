@@ -71,9 +71,9 @@ static const struct coll_param_def {
      * regions); 0: the SMs push them inside the CE_RS kernel; -1: 1 where every rank's send and
      * recv allocations have 2 MiB pages (1 GiB on 2xH200: 370-373 against 334 GB/s) */
     {"ce_rs", "CCHAN_COLL_CE_RS", -1, -1, 1},
-    /* ce_rs AllReduce, 1: the first and last three chunks are 1/8, 1/4, 1/2 of ce_chunk (a
-     * shorter pipeline fill and drain); 0: equal chunks */
-    {"ce_ramp", "CCHAN_COLL_CE_RAMP", 0, 0, 1},
+    /* ce_rs AllReduce, 2: the last three chunks are 1/2, 1/4, 1/8 of ce_chunk (a shorter
+     * pipeline drain); 1: and the first three 1/8, 1/4, 1/2 (a shorter fill); 0: equal chunks */
+    {"ce_ramp", "CCHAN_COLL_CE_RAMP", 0, 0, 2},
     /* ce_rs AllReduce: staging regions in the scratch (chunk k uses region k % ce_regions; the
      * copy engines run ce_regions - 1 chunks ahead of the reduction) */
     {"ce_regions", "CCHAN_COLL_CE_REGIONS", 3, 2, 8},
@@ -350,6 +350,13 @@ static void coll_release(cchan_coll_t *c) {
     free(c);
 }
 
+/* Bytes of a CE staging slot: the HB and PORT_RING areas (one call at a time uses scratch) cut
+ * into `regions` regions of a slot per peer. */
+static uint64_t coll_ce_slot_bytes(const coll_args_t *a, int regions) {
+    const uint64_t peers = a->nranks > 1 ? (uint64_t)a->nranks - 1 : 1;
+    return (a->sw_off - a->hb_off) / ((uint64_t)regions * peers) / 16 * 16;
+}
+
 int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
     static const char *where = "cchan_coll_create";
     coll_clear_error();
@@ -460,7 +467,7 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     /* CE all-pairs AllReduce stages in the HB and PORT_RING areas together (one call at a time
      * uses scratch, and its first barrier waits for every peer to have finished the last one) */
     a->ce_off = a->hb_off;
-    a->ce_slot = (a->sw_off - a->hb_off) / n2 / 16 * 16;
+    a->ce_slot = coll_ce_slot_bytes(a, 2);
     a->sw_chunk = sw_chunk;
     a->ll_ctl = cchan_comm_wait_ctl(comm, -1, 0xC011u);
 
@@ -852,7 +859,8 @@ static int coll_ce_rs(const cchan_coll_t *c, const coll_args_t *a) {
  * copy. */
 
 /* Chunk k of a shard of `shard` elements cut into chunks of `chunk` (a multiple of vec): equal
- * chunks, or with ramp (and room for it) 1/8, 1/4, 1/2 chunk first and last. Returns the number of
+ * chunks, or with ramp (and room for it) the last three 1/2, 1/4, 1/8 chunk (a shorter drain) and,
+ * with ramp 1, the first three 1/8, 1/4, 1/2 chunk too (a shorter fill). Returns the number of
  * chunks; *off and *len are chunk k's (k < that number). The same on every rank. */
 static size_t coll_ce_chunk(size_t k, size_t shard, size_t chunk, size_t vec, int ramp, size_t *off,
                             size_t *len) {
@@ -863,19 +871,20 @@ static size_t coll_ce_chunk(size_t k, size_t shard, size_t chunk, size_t vec, in
     }
     size_t h[3], hsum = 0;
     for (int i = 0; i < 3; i++) hsum += h[i] = (chunk >> (3 - i)) / vec * vec; /* 1/8 1/4 1/2 */
-    const size_t mid = shard - 2 * hsum, nmid = (mid + chunk - 1) / chunk;
-    if (k < 3) {
+    const size_t head = ramp == 1 ? 3 : 0, hbytes = ramp == 1 ? hsum : 0;
+    const size_t mid = shard - hbytes - hsum, nmid = (mid + chunk - 1) / chunk;
+    if (k < head) {
         *off = k == 0 ? 0 : k == 1 ? h[0] : h[0] + h[1];
         *len = h[k];
-    } else if (k < 3 + nmid) {
-        *off = hsum + (k - 3) * chunk;
-        *len = mid - (k - 3) * chunk < chunk ? mid - (k - 3) * chunk : chunk;
+    } else if (k < head + nmid) {
+        *off = hbytes + (k - head) * chunk;
+        *len = mid - (k - head) * chunk < chunk ? mid - (k - head) * chunk : chunk;
     } else {
-        size_t j = k - 3 - nmid; /* 1/2 1/4 1/8 */
-        *off = hsum + mid + (j == 0 ? 0 : j == 1 ? h[2] : h[2] + h[1]);
+        size_t j = k - head - nmid; /* 1/2 1/4 1/8 */
+        *off = hbytes + mid + (j == 0 ? 0 : j == 1 ? h[2] : h[2] + h[1]);
         *len = h[2 - j];
     }
-    return 6 + nmid;
+    return head + nmid + 3;
 }
 
 /* The ce_rs pipeline's shape: staging regions and shard lanes, the same on every rank. */
@@ -900,7 +909,7 @@ static int coll_ce_push_shards(cchan_coll_t *c, coll_args_t *a, const coll_ce_rs
         size_t ps0 = coll_min_u64((uint64_t)p * shard, a->count);
         size_t plen = coll_min_u64(shard, a->count - ps0), c0 = coll_min_u64(off, plen);
         size_t clen = coll_min_u64(part, plen - c0);
-        st = coll_ce_copy(c, lane, coll_ce_slot(a, a->peer_scratch[p], me),
+        st = coll_ce_copy(c, lane, coll_ce_slot(a, a->peer_scratch[p], p, me),
                           a->send + (ps0 + c0) * es, clen * es);
     }
     if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA)
@@ -926,7 +935,7 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     if (pl.lanes > pl.regions) pl.lanes = pl.regions; /* a lane per region at most */
     const size_t s0 = coll_min_u64((uint64_t)c->rank * pl.shard, a->count);
     const size_t len = coll_min_u64(pl.shard, a->count - s0);
-    a->ce_slot = (a->sw_off - a->hb_off) / ((size_t)pl.regions * n) / 16 * 16;
+    a->ce_slot = coll_ce_slot_bytes(a, pl.regions);
     a->ce_pushed = 1;
     pl.chunk = coll_ce_chunk_elems(c, a, vec);
     size_t off = 0, part = 0;

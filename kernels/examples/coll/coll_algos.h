@@ -72,8 +72,8 @@ typedef struct coll_args {
     uint64_t part_off, part_len;      /* CE_RS: chunk [part_off, +part_len) of every rank's shard */
     uint64_t sm_len; /* CE_RS: elements (AG_PUSH: bytes) of the chunk the SMs store into every
                         peer's recv; the copy engines move the rest */
-    uint64_t ce_off, ce_slot; /* CE_RS: staging in scratch, two regions x source rank */
-    uint32_t ce_region;       /* CE_RS: the chunk's region (chunk index parity) */
+    uint64_t ce_off, ce_slot; /* CE_RS: staging in scratch, regions x peers (coll_ce_slot) */
+    uint32_t ce_region;       /* CE_RS: the chunk's staging region */
     uint32_t ll_spread;       /* LL: packets dealt to blocks a warp at a time (coll_ll_index) */
     uint32_t ce_big_pages;    /* CE_ALLPAIRS: send's and recv's allocations have 2 MiB pages */
     uint32_t pdl;             /* host: launch as a programmatic dependent (coll.c, pdl) */
@@ -633,9 +633,14 @@ CCHAN_DEVICE_INLINE int coll_barrier_body(const coll_args_t *a, uint32_t tid) {
     return coll_hb_barrier(a, 0, tid);
 }
 
-CCHAN_DEVICE_INLINE uint8_t *coll_ce_slot(const coll_args_t *a, uint8_t *scratch, int src) {
-    return scratch + a->ce_off +
-           ((uint64_t)a->ce_region * (uint32_t)a->nranks + (uint32_t)src) * a->ce_slot;
+/* Rank dst's staging slot for what rank src sends it in the current region (`scratch` is dst's
+ * scratch as the caller maps it): a region holds a slot per peer of dst, the ranks after dst in
+ * ring order. */
+CCHAN_DEVICE_INLINE uint8_t *coll_ce_slot(const coll_args_t *a, uint8_t *scratch, int dst,
+                                          int src) {
+    const uint32_t n = (uint32_t)a->nranks, peers = n > 1 ? n - 1 : 1;
+    const uint32_t idx = ((uint32_t)src + n - (uint32_t)dst - 1) % n;
+    return scratch + a->ce_off + ((uint64_t)a->ce_region * peers + idx) * a->ce_slot;
 }
 
 CCHAN_DEVICE_INLINE int coll_ce_rs_body(const coll_args_t *a, int dt, uint32_t block,
@@ -657,7 +662,7 @@ CCHAN_DEVICE_INLINE int coll_ce_rs_body(const coll_args_t *a, int dt, uint32_t b
     }
     for (int j = 1; j < n && !a->ce_pushed; j++) {
         int p = coll_peer(a, j);
-        cchan_copy(coll_ce_slot(a, a->peer_scratch[p], me) + p0 * es, a->send + at[p] * es,
+        cchan_copy(coll_ce_slot(a, a->peer_scratch[p], p, me) + p0 * es, a->send + at[p] * es,
                    len[p] * es, tid, nthreads);
     }
     /* every peer's piece of this chunk is in this rank's slots (pushed above, or by the peer's
@@ -670,7 +675,7 @@ CCHAN_DEVICE_INLINE int coll_ce_rs_body(const coll_args_t *a, int dt, uint32_t b
     dsts[0] = a->recv + at[me] * es;
     for (int j = 1; j < n; j++) {
         int p = coll_peer(a, j);
-        srcs[j] = coll_ce_slot(a, a->scratch, p) + p0 * es;
+        srcs[j] = coll_ce_slot(a, a->scratch, me, p) + p0 * es;
         dsts[j] = a->peer_recv[p] + at[me] * es;
     }
     uint64_t wide = p0 < a->sm_len ? coll_min_u64(len[me], a->sm_len - p0) : 0;
