@@ -336,8 +336,11 @@ int main(int argc, char **argv) {
                "1 GiB allreduce with registered buffers selects CE all-pairs up to 2 ranks (the "
                "port ring is in no selector row)");
         EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)256 << 20) ==
+                   (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
+               "256 MiB allreduce selects CE all-pairs up to 2 ranks");
+        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)128 << 20) ==
                    CCHAN_COLL_HB_ALLPAIRS,
-               "256 MiB allreduce selects HB all-pairs");
+               "128 MiB allreduce selects HB all-pairs");
         EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30) ==
                    (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
                "1 GiB allgather with registered buffers selects CE all-pairs up to 2 ranks");

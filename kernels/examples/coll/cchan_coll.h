@@ -101,8 +101,9 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *   ce_lanes        1..8      CUDA streams the copy engines' copies are spread over (default 1)
  *   ce_chunk        >= 4 KiB  CE AllReduce: bytes of each shard pushed and reduced per kernel
  *                             before the copy engines copy the result out (the pipeline's chunk;
- *                             at most a staging slot, about 62 MiB with the default scratch;
- *                             default 64 MiB, i.e. a slot)
+ *                             at most a staging slot, with the default scratch on 2 GPUs about
+ *                             80 MiB with ce_rs and 120 without, and at most half a shard;
+ *                             default 64 MiB)
  *   ce_sm_permille  -1..1000  CE paths: share of the bytes for peers that the SMs store instead of
  *                             the copy engines; -1 (default): 0 where every rank's send and recv
  *                             allocations are whole numbers of 2 MiB (2 MiB pages) for AllGather
@@ -113,8 +114,14 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *   ce_rs           -1..1     CE AllReduce: the copy engines push the reduce-scatter's shards
  *                             too (1) or the SMs do (0); -1 (default): 1 where every rank's send
  *                             and recv allocations are whole numbers of 2 MiB
- *   ce_ramp         0 or 1    CE AllReduce with ce_rs: first and last chunks 1/8, 1/4, 1/2 of
- *                             ce_chunk (1) or all equal (0, default)
+ *   ce_ramp         0..2      CE AllReduce with ce_rs: the last three chunks 1/2, 1/4, 1/8 of
+ *                             ce_chunk (2), and the first three 1/8, 1/4, 1/2 too (1), or all
+ *                             equal (0, default)
+ *   ce_regions      2..8      CE AllReduce with ce_rs: staging regions; the copy engines push up
+ *                             to ce_regions - 1 chunks ahead of the reduction (default 3)
+ *   ce_rs_lanes     1..8      CE AllReduce with ce_rs: streams for the shard pushes, chunk k on
+ *                             stream k % ce_rs_lanes (at most ce_regions; default 1: back to back
+ *                             in chunk order)
  *   ll_spread       0 or 1    LL kernels: packets dealt to the blocks a warp at a time (1, default)
  *                             or a contiguous run per block (0)
  *   pdl             0 or 1    kernels of calls up to 2 MiB launch as programmatic dependents of

@@ -78,8 +78,9 @@ static const struct coll_param_def {
      * copy engines run ce_regions - 1 chunks ahead of the reduction) */
     {"ce_regions", "CCHAN_COLL_CE_REGIONS", 3, 2, 8},
     /* ce_rs AllReduce: copy-engine lanes for the shard pushes (chunk k on lane k % ce_rs_lanes;
-     * at most ce_regions); 1: one after the other, in chunk order */
-    {"ce_rs_lanes", "CCHAN_COLL_CE_RS_LANES", 3, 1, 8},
+     * at most ce_regions); 1: one after the other, in chunk order, so the first kernel waits for
+     * one chunk's copy, not three shared ones (1 GiB on 2xH200: 2857 against 2902 us) */
+    {"ce_rs_lanes", "CCHAN_COLL_CE_RS_LANES", 1, 1, 8},
 };
 
 typedef struct coll_reg {
@@ -612,11 +613,14 @@ static const coll_reg_t *coll_find_reg(const cchan_coll_t *c, const void *p, siz
  *     NCCL in the same run, in place: 64 MiB 104.5 us against HB 115.9 (NCCL 110.5); 256 MiB
  *     367 against 381; 1 GiB 1420 (378 GB/s) against 1489 (360); at 16 MiB HB was ahead (35.5
  *     against 36.1 us) and at 4 MiB far ahead. Unmeasured with more ranks: no row.
- *   - CE all-pairs AllReduce from 512 MiB on 2 ranks, registered send and recv with 2 MiB pages
- *     (coll_pick falls back to HB otherwise): with the copy engines pushing the reduce-scatter's
- *     shards too (ce_rs) it reached 369.6-372.8 GB/s at 1 GiB against HB's 363.1-363.4 in the
- *     same runs; at 256 MiB HB stays ahead (359 against 344-357). 512 MiB itself is unmeasured.
- *     With the SMs pushing the shards (ce_rs=0) it reached 334 at 1 GiB.
+ *   - CE all-pairs AllReduce from 256 MiB on 2 ranks, registered send and recv with 2 MiB pages
+ *     and ce_rs (coll_pick falls back to HB otherwise): the copy engines push the reduce-scatter's
+ *     shards on one lane through 80 MiB staging slots and the reduced chunks back, 64 MiB chunks:
+ *     1 GiB 2813-2821 us (381 GB/s) against HB's 2956 (363); 512 MiB 1423 against 1484; 256 MiB
+ *     722 against 748; 128 MiB 378 (two 32 MiB chunks) against 384, too close for a row. Each
+ *     chunk costs ~7 us the copies do not hide (2766 + 7 us per chunk at 1 GiB, 4-80 MiB chunks),
+ *     hence chunks as large as the slots allow. With the SMs pushing the shards (ce_rs=0): 334
+ *     GB/s at 1 GiB.
  *   - PORT_RING is in no row: on 2xH200 it reached 72 GB/s bus bandwidth at 1 GiB (AllReduce;
  *     AllGather 160) against HB all-pairs' 360, every 2 MiB chunk costing a proxy round trip of
  *     ~30 us with 32 blocks' channels in flight. It runs when asked for by name.
@@ -634,7 +638,7 @@ static const coll_select_row_t coll_select_table[] = {
     {CCHAN_COLL_ALLREDUCE, 4, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLREDUCE, 8, 0, 128 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 2, 0, 512 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
-    {CCHAN_COLL_ALLREDUCE, 2, 512 * COLL_MiB, SIZE_MAX, CCHAN_COLL_CE_ALLPAIRS},
+    {CCHAN_COLL_ALLREDUCE, 2, 256 * COLL_MiB, SIZE_MAX, CCHAN_COLL_CE_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 2, 64 * COLL_MiB, SIZE_MAX, CCHAN_COLL_CE_ALLPAIRS},
     {CCHAN_COLL_ALLGATHER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_REDUCESCATTER, 2, 0, COLL_MiB, CCHAN_COLL_LL_ALLPAIRS},
@@ -938,6 +942,10 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     a->ce_slot = coll_ce_slot_bytes(a, pl.regions);
     a->ce_pushed = 1;
     pl.chunk = coll_ce_chunk_elems(c, a, vec);
+    /* two chunks at least, or nothing overlaps (128 MiB on 2xH200: 378 us in 32 MiB chunks, 438 in
+     * one of 64) */
+    if (pl.chunk > pl.shard / 2 / vec * vec && pl.shard >= 2 * vec)
+        pl.chunk = pl.shard / 2 / vec * vec;
     size_t off = 0, part = 0;
     pl.nchunks = coll_ce_chunk(0, pl.shard, pl.chunk, vec, pl.ramp, &off, &part);
     const size_t ahead = (size_t)pl.regions - 1;
@@ -1119,8 +1127,10 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
                            gs ? "recv" : "send");
     }
     if (*algo == CCHAN_COLL_CE_ALLPAIRS) {
-        /* AllReduce wins on the copy engines only with 2 MiB pages (their row's measurement) */
-        if (automatic && op == CCHAN_COLL_ALLREDUCE && !(gs->big_pages && gr->big_pages)) {
+        /* AllReduce wins on the copy engines only with 2 MiB pages and the copy engines pushing
+         * the shards (ce_rs; the row's measurement) */
+        if (automatic && op == CCHAN_COLL_ALLREDUCE &&
+            !(gs->big_pages && gr->big_pages && c->param[COLL_P_CE_RS] != 0)) {
             *algo = CCHAN_COLL_HB_ALLPAIRS;
             return 0;
         }
