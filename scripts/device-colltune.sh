@@ -74,18 +74,14 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5 (issue 7, AllReduce 1 GiB): ce_rs with its shard pushes on one lane in chunk order
-# (ce_rs_lanes=1, per-chunk marks); staging slots per peer only (80 MiB at 3 regions on 2 ranks):
-# chunk sizes, a ramp at the end, regions; 128-512 MiB against HB; NCCL in every step. Run 1 of
-# this session gave 2766 + 7 us per chunk (4-40 MiB chunks).
+# Session 5, run 3: the automatic AllReduce 128 MiB-1 GiB with the new defaults (CE from 256 MiB),
+# and AllGather 512 KiB-16 MiB by HB against CE all-pairs with the SMs storing everything (one
+# kernel between the barrier kernels) or the copy engines alone, graphs to 4 MiB, against NCCL.
 step test 75 "$TEST" --case correct_ce,graph_ce,correct_auto
-G=(-b 1G -e 1G "${B[@]}")
-step chunk 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 --sweep ce_chunk=40M,64M,80M
-step ramp 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_chunk=80M --sweep ce_ramp=0,2
-step regions 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 -T ce_chunk=128M --sweep ce_regions=2,3,4
-step mid 20 "$BENCH" -o allreduce -a ce -b 128M -e 512M -f 2 "${B[@]}" -T ce_rs_lanes=1 --sweep ce_chunk=32M,64M
-step hb 16 "$BENCH" -o allreduce -a hb -b 128M -e 1G -f 2 "${B[@]}"
-step again 16 "$BENCH" -o allreduce -a ce "${G[@]}" -T ce_rs_lanes=1 --sweep ce_chunk=80M,64M,40M
+step auto_ar 20 "$BENCH" -o allreduce -b 128M -e 1G -f 2 "${B[@]}"
+M=(-b 512K -e 16M -f 2 -G 10 -n 20 -w 3 -r 3)
+step ag_hb 20 "$BENCH" -o allgather -a hb "${M[@]}"
+step ag_ce 30 "$BENCH" -o allgather -a ce "${M[@]}" --sweep ce_sm_permille=1000,0
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30
