@@ -74,14 +74,14 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 3: the automatic AllReduce 128 MiB-1 GiB with the new defaults (CE from 256 MiB),
-# and AllGather 512 KiB-16 MiB by HB against CE all-pairs with the SMs storing everything (one
-# kernel between the barrier kernels) or the copy engines alone, graphs to 4 MiB, against NCCL.
-step test 75 "$TEST" --case correct_ce,graph_ce,correct_auto
-step auto_ar 20 "$BENCH" -o allreduce -b 128M -e 1G -f 2 "${B[@]}"
-M=(-b 512K -e 16M -f 2 -G 10 -n 20 -w 3 -r 3)
-step ag_hb 20 "$BENCH" -o allgather -a hb "${M[@]}"
-step ag_ce 30 "$BENCH" -o allgather -a ce "${M[@]}" --sweep ce_sm_permille=1000,0
+# Session 5, run 4: zero-copy HB AllGather on a registered recv (one kernel storing into the
+# peers' recv) against the staged HB kernel, 512 KiB-64 MiB, graphs to 4 MiB; the automatic choice;
+# CE all-pairs at 16-64 MiB; NCCL in every step.
+step test 90 "$TEST" --case correct_zc,correct_ce,graph_ce,correct_auto,graph_replay
+M=(-b 512K -e 64M -f 2 -G 10 -n 20 -w 3 -r 3)
+step ag_zc 40 "$BENCH" -o allgather -a hb "${M[@]}" --sweep zc_ag_max=0,64M
+step ag_auto 25 "$BENCH" -o allgather "${M[@]}"
+step ag_ce 20 "$BENCH" -o allgather -a ce -b 16M -e 64M -f 2 -n 20 -w 3 -r 3
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -43,6 +43,7 @@ enum {
     COLL_P_CE_RAMP,
     COLL_P_CE_REGIONS,
     COLL_P_CE_RS_LANES,
+    COLL_P_ZC_AG_MAX,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -81,6 +82,9 @@ static const struct coll_param_def {
      * at most ce_regions); 1: one after the other, in chunk order, so the first kernel waits for
      * one chunk's copy, not three shared ones (1 GiB on 2xH200: 2857 against 2902 us) */
     {"ce_rs_lanes", "CCHAN_COLL_CE_RS_LANES", 1, 1, 8},
+    /* HB AllGather on a registered recv: zero-copy (one kernel storing into the peers' recv)
+     * up to this many bytes of output; 0: never */
+    {"zc_ag_max", "CCHAN_COLL_ZC_AG_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
 };
 
 typedef struct coll_reg {
@@ -714,6 +718,7 @@ static int coll_body(coll_kernel_t k, int dt, const coll_args_t *a, uint32_t blo
     case COLL_K_BARRIER: return coll_barrier_body(a, 0);
     case COLL_K_CE_RS: return coll_ce_rs_body(a, dt, block, nblocks, 0, 1);
     case COLL_K_AG_PUSH: return coll_ag_push_body(a, block, nblocks, 0, 1);
+    case COLL_K_ZC_ALLGATHER: return coll_zc_allgather_body(a, block, nblocks, 0, 1);
     default: return CCHAN_ERR_INTERNAL;
     }
 }
@@ -1238,10 +1243,17 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
         return coll_run(c, COLL_K_RING_ALLGATHER, (int)dtype, &a, coll_ring_grid(c, per), stream,
                         where);
     case CCHAN_COLL_CE_ALLPAIRS: return coll_ce_allgather(c, &a, stream, where);
-    default:
-        return coll_run(c, COLL_K_HB_ALLGATHER, (int)dtype, &a, coll_hb_grid(c, per), stream,
+    default: break;
+    }
+    /* zero-copy: store this rank's block straight into every rank's recv */
+    const coll_reg_t *gr = coll_find_reg(c, recv, bytes);
+    if (gr && bytes <= (uint64_t)c->param[COLL_P_ZC_AG_MAX]) {
+        coll_map_peers(c, &a, gr, recv, gr, recv);
+        a.sm_len = per;
+        return coll_run(c, COLL_K_ZC_ALLGATHER, (int)dtype, &a, coll_zc_grid(c, per), stream,
                         where);
     }
+    return coll_run(c, COLL_K_HB_ALLGATHER, (int)dtype, &a, coll_hb_grid(c, per), stream, where);
 }
 
 int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size_t recvcount,

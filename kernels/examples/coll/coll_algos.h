@@ -704,6 +704,21 @@ CCHAN_DEVICE_INLINE int coll_ag_push_body(const coll_args_t *a, uint32_t block, 
     return CCHAN_OK;
 }
 
+/* ------------------------------------------------------------------ HB zero-copy AllGather
+ *
+ * For a recv registered with cchan_coll_register on every rank: one kernel, a barrier (every peer
+ * has entered the call, so its recv is free), then this rank's block stored straight into every
+ * peer's recv (the AG_PUSH body with sm_len = the whole block; out of place also into this rank's
+ * own recv), then a barrier, whose release publishes those stores: once every block has passed
+ * it, every peer's block has landed here. No scratch, no second copy. */
+CCHAN_DEVICE_INLINE int coll_zc_allgather_body(const coll_args_t *a, uint32_t block,
+                                               uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
+    int r = coll_hb_barrier(a, block, tid);
+    if (r) return r;
+    (void)coll_ag_push_body(a, block, nblocks, tid, nthreads);
+    return coll_hb_barrier(a, block, tid);
+}
+
 /* ------------------------------------------------------------------ PORT_RING (zero-copy)
  *
  * A ring over port channels: copy engines move the data while the SMs reduce. Shard k of the

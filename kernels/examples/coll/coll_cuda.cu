@@ -97,6 +97,10 @@ __global__ void COLL_KERNEL_BOUNDS k_ag_push(const __grid_constant__ coll_args_t
     coll_pdl_enter();
     (void)coll_ag_push_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
+__global__ void COLL_KERNEL_BOUNDS k_zc_allgather(const __grid_constant__ coll_args_t a) {
+    coll_pdl_enter();
+    (void)coll_zc_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+}
 
 typedef void (*coll_kernel_fn)(const coll_args_t);
 
@@ -117,6 +121,7 @@ static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
     case COLL_K_BARRIER: return k_barrier;
     case COLL_K_CE_RS: return COLL_PICK(k_ce_rs);
     case COLL_K_AG_PUSH: return k_ag_push;
+    case COLL_K_ZC_ALLGATHER: return k_zc_allgather;
     default: return NULL;
     }
 #undef COLL_PICK
