@@ -74,14 +74,12 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 4: zero-copy HB AllGather on a registered recv (one kernel storing into the
-# peers' recv) against the staged HB kernel, 512 KiB-64 MiB, graphs to 4 MiB; the automatic choice;
-# CE all-pairs at 16-64 MiB; NCCL in every step.
-step test 90 "$TEST" --case correct_zc,correct_ce,graph_ce,correct_auto,graph_replay
-M=(-b 512K -e 64M -f 2 -G 10 -n 20 -w 3 -r 3)
-step ag_zc 40 "$BENCH" -o allgather -a hb "${M[@]}" --sweep zc_ag_max=0,64M
-step ag_auto 25 "$BENCH" -o allgather "${M[@]}"
-step ag_ce 20 "$BENCH" -o allgather -a ce -b 16M -e 64M -f 2 -n 20 -w 3 -r 3
+# Session 5, run 5: zero-copy AllGather's grid (zc_block_bytes: 8 KiB-32 KiB per block, at most
+# 128 blocks) at 1-16 MiB, graphs to 4 MiB; NCCL in every step.
+step test 60 "$TEST" --case correct_zc,correct_zc_blocks
+M=(-b 1M -e 16M -f 2 -G 10 -n 20 -w 3 -r 3)
+step ag_grid 40 "$BENCH" -o allgather -a hb "${M[@]}" --sweep zc_block_bytes=8K,16K,32K
+step ar_grid 40 "$BENCH" -o allreduce -a hb -b 1M -e 16M -f 4 -G 10 -n 20 -w 3 -r 3 --sweep zc_block_bytes=16K,32K
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30
