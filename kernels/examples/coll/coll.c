@@ -82,9 +82,9 @@ static const struct coll_param_def {
      * at most ce_regions); 1: one after the other, in chunk order, so the first kernel waits for
      * one chunk's copy, not three shared ones (1 GiB on 2xH200: 2857 against 2902 us) */
     {"ce_rs_lanes", "CCHAN_COLL_CE_RS_LANES", 1, 1, 8},
-    /* HB AllGather on a registered recv: zero-copy (one kernel storing into the peers' recv;
-     * 2xH200, 4 MiB: 12.0 against the staged kernel's 14.9 us) up to this many bytes of output; 0:
-     * never */
+    /* HB AllGather on a registered recv: zero-copy (one kernel storing into the peers' recv) up
+     * to this many bytes of output (2xH200, 4 MiB: 12.0 against the staged kernel's 14.9 us;
+     * from 64 MiB the CE row takes over); 0: never */
     {"zc_ag_max", "CCHAN_COLL_ZC_AG_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
 };
 
