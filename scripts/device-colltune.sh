@@ -74,12 +74,12 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 5: zero-copy AllGather's grid (zc_block_bytes: 8 KiB-32 KiB per block, at most
-# 128 blocks) at 1-16 MiB, graphs to 4 MiB; NCCL in every step.
-step test 60 "$TEST" --case correct_zc,correct_zc_blocks
-M=(-b 1M -e 16M -f 2 -G 10 -n 20 -w 3 -r 3)
-step ag_grid 40 "$BENCH" -o allgather -a hb "${M[@]}" --sweep zc_block_bytes=8K,16K,32K
-step ar_grid 40 "$BENCH" -o allreduce -a hb -b 1M -e 16M -f 4 -G 10 -n 20 -w 3 -r 3 --sweep zc_block_bytes=16K,32K
+# Session 5, run 7: CE all-pairs AllReduce at 1 KiB-64 MiB after the two-chunk split was limited
+# to halves of 16 MiB or more; more readings of the automatic AllReduce and AllGather at 1 GiB.
+step test 60 "$TEST" --case correct_ce,graph_ce
+step ce_small 30 "$BENCH" -o allreduce -a ce -d bfloat16 -b 1K -e 64M -f 16 -G 10 -n 20 -w 3 -r 3
+step big1 20 "$BENCH" -o allreduce -o allgather -b 1G -e 1G "${B[@]}"
+step big2 20 "$BENCH" -o allgather -o allreduce -b 1G -e 1G "${B[@]}"
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

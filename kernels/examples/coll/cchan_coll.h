@@ -102,8 +102,8 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *   ce_chunk        >= 4 KiB  CE AllReduce: bytes of each shard pushed and reduced per kernel
  *                             before the copy engines copy the result out (the pipeline's chunk;
  *                             at most a staging slot, with the default scratch on 2 GPUs about
- *                             80 MiB with ce_rs and 120 without, and at most half a shard;
- *                             default 64 MiB)
+ *                             80 MiB with ce_rs and 120 without, and with ce_rs at most half
+ *                             a shard whose halves are 16 MiB or more; default 64 MiB)
  *   ce_sm_permille  -1..1000  CE paths: share of the bytes for peers that the SMs store instead of
  *                             the copy engines; -1 (default): 0 where every rank's send and recv
  *                             allocations are whole numbers of 2 MiB (2 MiB pages) for AllGather
