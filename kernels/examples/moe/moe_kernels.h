@@ -557,7 +557,7 @@ CCHAN_DEVICE_INLINE int moe_ll_dispatch_recv(const moe_dev_t *d, const moe_op_t 
                                 : 0;
             const int nw = nv + ns4;
             for (int j0 = (int)b->tid; j0 < m * nw; j0 += (int)b->nthreads * MOE_UNROLL) {
-                moe_w4_t x[MOE_UNROLL] = {{{0}}}; /* every element used was loaded (for gcc -O3) */
+                moe_w4_t x[MOE_UNROLL] = {{{0}}}; /* for gcc -O3: every element used was loaded */
                 for (int u = 0; u < MOE_UNROLL; u++) {
                     int j = j0 + u * (int)b->nthreads;
                     if (j >= m * nw) break;
@@ -617,7 +617,7 @@ CCHAN_DEVICE_INLINE int moe_ll_combine_send(const moe_dev_t *d, const moe_op_t *
         const uint8_t *y = (const uint8_t *)op->x + (uint64_t)e * NB * row_bytes;
         const uint32_t *src = op->h_src + (int64_t)e * NB;
         for (int j0 = (int)b->tid; j0 < n; j0 += (int)b->nthreads * MOE_UNROLL) {
-            moe_w4_t x[MOE_UNROLL] = {{{0}}}; /* every element used was loaded (for gcc -O3) */
+            moe_w4_t x[MOE_UNROLL] = {{{0}}}; /* for gcc -O3: every element used was loaded */
             for (int u = 0; u < MOE_UNROLL; u++) {
                 int j = j0 + u * (int)b->nthreads;
                 if (j >= n) break;
@@ -1154,8 +1154,8 @@ CCHAN_DEVICE_INLINE int moe_ht_dispatch_recv(const moe_dev_t *d, const moe_op_t 
             const uint8_t *src = mine + d->off_disp + (uint64_t)lo * row_bytes;
             uint8_t *dst = (uint8_t *)op->out + (uint64_t)lo * row_bytes;
             for (int64_t j0 = b->tid; j0 < total; j0 += (int64_t)b->nthreads * MOE_HT_UNROLL) {
-                moe_w4_t v[MOE_HT_UNROLL] = {
-                    {{0}}}; /* every element used was loaded (for gcc -O3) */
+                /* zeroed for gcc -O3's maybe-uninitialized: every element used was loaded */
+                moe_w4_t v[MOE_HT_UNROLL] = {{{0}}};
                 for (int u = 0; u < MOE_HT_UNROLL; u++) {
                     int64_t i = j0 + (int64_t)u * b->nthreads;
                     if (i < total) v[u] = moe_load16(src + (uint64_t)i * 16);
