@@ -360,6 +360,7 @@ static void case_graph_replay(gt_ctx_t *ctx) {
         {g_cg.plain, CCHAN_COLL_LL_ALLPAIRS, 0, 2, 16 * GT_KiB, 1, a, b},
         {g_cg.plain, CCHAN_COLL_HB_ALLPAIRS, 0, 0, 4 * GT_MiB, 1, a, b},
         {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 0, 1, 4 * GT_MiB, 0, g_cg.ra, g_cg.rb},
+        {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 1, 2, 4 * GT_MiB, 1, g_cg.ra, g_cg.rb}, /* zero-copy */
         {g_cg.plain, CCHAN_COLL_LL_ALLPAIRS, 1, 1, 64 * GT_KiB, 1, a, b},
         {g_cg.plain, CCHAN_COLL_HB_ALLPAIRS, 1, 0, 2 * GT_MiB, 0, a, b},
         {g_cg.plain, CCHAN_COLL_LL_ALLPAIRS, 2, 0, 8 * GT_KiB, 1, a, b},
