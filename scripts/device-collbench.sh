@@ -91,7 +91,7 @@ step fused 60 "$BENCH" -o fused -G 20 -n 20 -w 3 --tokens 1,4,8,16,32,64,128,256
 [ "${COLLBENCH_QUICK:-0}" = 1 ] || {
 step allreduce 60 "$BENCH" -o allreduce -d float -b 1K -e 1G -f 4 -G 10 -n 20 -w 3 -r 3 \
     -J "$LOG/allreduce.json"
-step ag_rs 50 "$BENCH" -o allgather -o reducescatter -d float -b 1K -e 1G -f 16 -G 10 -n 20 -w 3 \
+step ag_rs 80 "$BENCH" -o allgather -o reducescatter -d float -b 1K -e 1G -f 4 -G 10 -n 20 -w 3 \
     -r 3 -J "$LOG/ag_rs.json"
 step algos 40 "$BENCH" -o allreduce -d bfloat16 -d half -a all -b 1K -e 64M -f 16 -G 10 -n 20 \
     -w 3 -r 3 -J "$LOG/algos.json"
