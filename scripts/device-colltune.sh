@@ -74,13 +74,12 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 8: why explicit CE AllReduce at 1 KiB-4 MiB takes ~11 us more than in session 4
-# (35 against 24 us at 1 KiB, graphs): PDL on/off, shard lanes 1/3, one region pair (ce_rs=0).
-step test 40 "$TEST" --case correct_ce
-S=(-o allreduce -a ce -d bfloat16 -b 1K -e 4M -f 64 -G 10 -n 20 -w 3 -r 3)
-step ce_pdl 20 "$BENCH" "${S[@]}" --sweep pdl=0,1
-step ce_lanes 20 "$BENCH" "${S[@]}" --sweep ce_rs_lanes=1,3
-step ce_rs 20 "$BENCH" "${S[@]}" --sweep ce_rs=0,1
+# Session 5, run 10: zero-copy HB ReduceScatter on a registered send (one kernel reading every
+# rank's send) against the staged HB kernel and LL, 256 KiB-64 MiB, graphs to 4 MiB; NCCL.
+step test 60 "$TEST" --case correct_zc,graph_replay
+M=(-b 256K -e 64M -f 2 -G 10 -n 20 -w 3 -r 3)
+step rs_zc 40 "$BENCH" -o reducescatter -a hb "${M[@]}" --sweep zc_rs_max=0,64M
+step rs_ll 20 "$BENCH" -o reducescatter -a ll -b 256K -e 1M -f 2 -G 10 -n 20 -w 3 -r 3
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -209,9 +209,10 @@ static void case_correct_ll(gt_ctx_t *ctx) {
 static void case_correct_hb(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.plain, CCHAN_COLL_HB_ALLPAIRS, g_cg.a, g_cg.b, 7);
 }
-/* HB on registered buffers: zero-copy AllReduce (to 16 MiB) and AllGather (to zc_ag_max). */
+/* HB on registered buffers: zero-copy AllReduce (to 16 MiB), AllGather (to zc_ag_max) and
+ * ReduceScatter (to zc_rs_max). */
 static void case_correct_zc(gt_ctx_t *ctx) {
-    cg_correct(ctx, g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, g_cg.ra, g_cg.rb, 3);
+    cg_correct(ctx, g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, g_cg.ra, g_cg.rb, 7);
 }
 static void case_correct_switch(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.plain, CCHAN_COLL_SWITCH, g_cg.a, g_cg.b, 1);
@@ -361,6 +362,7 @@ static void case_graph_replay(gt_ctx_t *ctx) {
         {g_cg.plain, CCHAN_COLL_HB_ALLPAIRS, 0, 0, 4 * GT_MiB, 1, a, b},
         {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 0, 1, 4 * GT_MiB, 0, g_cg.ra, g_cg.rb},
         {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 1, 2, 4 * GT_MiB, 1, g_cg.ra, g_cg.rb}, /* zero-copy */
+        {g_cg.zc, CCHAN_COLL_HB_ALLPAIRS, 2, 1, 4 * GT_MiB, 1, g_cg.ra, g_cg.rb}, /* zero-copy */
         {g_cg.plain, CCHAN_COLL_LL_ALLPAIRS, 1, 1, 64 * GT_KiB, 1, a, b},
         {g_cg.plain, CCHAN_COLL_HB_ALLPAIRS, 1, 0, 2 * GT_MiB, 0, a, b},
         {g_cg.plain, CCHAN_COLL_LL_ALLPAIRS, 2, 0, 8 * GT_KiB, 1, a, b},

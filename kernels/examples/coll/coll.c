@@ -44,6 +44,7 @@ enum {
     COLL_P_CE_REGIONS,
     COLL_P_CE_RS_LANES,
     COLL_P_ZC_AG_MAX,
+    COLL_P_ZC_RS_MAX,
     COLL_PARAM_COUNT
 };
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -86,6 +87,9 @@ static const struct coll_param_def {
      * to this many bytes of output (2xH200, 4 MiB: 12.0 against the staged kernel's 14.9 us;
      * from 64 MiB the CE row takes over); 0: never */
     {"zc_ag_max", "CCHAN_COLL_ZC_AG_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
+    /* HB ReduceScatter on a registered send: zero-copy (one kernel reading every rank's send)
+     * up to this many bytes of input; 0: never */
+    {"zc_rs_max", "CCHAN_COLL_ZC_RS_MAX", 16 * (int64_t)COLL_MiB, 0, INT64_MAX},
 };
 
 typedef struct coll_reg {
@@ -720,6 +724,7 @@ static int coll_body(coll_kernel_t k, int dt, const coll_args_t *a, uint32_t blo
     case COLL_K_CE_RS: return coll_ce_rs_body(a, dt, block, nblocks, 0, 1);
     case COLL_K_AG_PUSH: return coll_ag_push_body(a, block, nblocks, 0, 1);
     case COLL_K_ZC_ALLGATHER: return coll_zc_allgather_body(a, block, nblocks, 0, 1);
+    case COLL_K_ZC_REDUCESCATTER: return coll_zc_reducescatter_body(a, dt, block, nblocks, 0, 1);
     default: return CCHAN_ERR_INTERNAL;
     }
 }
@@ -1281,8 +1286,15 @@ int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size
     case CCHAN_COLL_PORT_RING:
         return coll_run(c, COLL_K_RING_REDUCESCATTER, (int)dtype, &a, coll_ring_grid(c, per),
                         stream, where);
-    default:
-        return coll_run(c, COLL_K_HB_REDUCESCATTER, (int)dtype, &a, coll_hb_grid(c, per), stream,
+    default: break;
+    }
+    /* zero-copy: read this rank's block from every rank's send */
+    const coll_reg_t *gs = coll_find_reg(c, send, bytes);
+    if (gs && bytes <= (uint64_t)c->param[COLL_P_ZC_RS_MAX]) {
+        coll_map_peers(c, &a, gs, send, gs, send);
+        return coll_run(c, COLL_K_ZC_REDUCESCATTER, (int)dtype, &a, coll_zc_grid(c, per), stream,
                         where);
     }
+    return coll_run(c, COLL_K_HB_REDUCESCATTER, (int)dtype, &a, coll_hb_grid(c, per), stream,
+                    where);
 }

@@ -611,6 +611,27 @@ CCHAN_DEVICE_INLINE int coll_zc_allreduce_body(const coll_args_t *a, int dt, uin
     return coll_hb_barrier(a, block, tid);
 }
 
+/* HB zero-copy ReduceScatter, for a send registered on every rank: a barrier (every peer's input
+ * is ready), then each rank reads its block from every rank's send at once, reduces in registers
+ * and stores it into its own recv; a second barrier, so that no rank returns (and reuses its send)
+ * while a peer still reads it. */
+CCHAN_DEVICE_INLINE int coll_zc_reducescatter_body(const coll_args_t *a, int dt, uint32_t block,
+                                                   uint32_t nblocks, uint32_t tid,
+                                                   uint32_t nthreads) {
+    const uint32_t es = a->esize;
+    const int n = a->nranks, me = a->rank;
+    const uint64_t len = a->count, s0 = (uint64_t)me * len;
+    uint64_t per = coll_round_up((len + nblocks - 1) / nblocks, COLL_VEC / es);
+    uint64_t off = coll_min_u64((uint64_t)block * per, len), plen = coll_min_u64(per, len - off);
+    int r = coll_hb_barrier(a, block, tid);
+    if (r) return r;
+    const uint8_t *srcs[COLL_MAX_RANKS];
+    for (int j = 0; j < n; j++) srcs[j] = a->peer_send[coll_peer(a, j)] + (s0 + off) * es;
+    uint8_t *dst = a->recv + off * es;
+    coll_reduce(&dst, 1, srcs, n, plen, es, dt, tid, nthreads);
+    return coll_hb_barrier(a, block, tid);
+}
+
 /* ------------------------------------------------------------------ CE all-pairs
  *
  * Copy engines and SMs together, on registered buffers, as a short sequence of launches and

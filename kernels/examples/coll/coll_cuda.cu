@@ -49,6 +49,11 @@ __device__ static inline void coll_pdl_enter(void) {
         coll_pdl_enter();                                                                          \
         (void)coll_zc_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);      \
     }                                                                                              \
+    __global__ void COLL_KERNEL_BOUNDS k_zc_reducescatter_##suffix(                                \
+        const __grid_constant__ coll_args_t a) {                                                   \
+        coll_pdl_enter();                                                                          \
+        (void)coll_zc_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
+    }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_ring_allreduce_##suffix(                                  \
         const __grid_constant__ coll_args_t a) {                                                   \
         coll_pdl_enter();                                                                          \
@@ -122,6 +127,7 @@ static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
     case COLL_K_CE_RS: return COLL_PICK(k_ce_rs);
     case COLL_K_AG_PUSH: return k_ag_push;
     case COLL_K_ZC_ALLGATHER: return k_zc_allgather;
+    case COLL_K_ZC_REDUCESCATTER: return COLL_PICK(k_zc_reducescatter);
     default: return NULL;
     }
 #undef COLL_PICK

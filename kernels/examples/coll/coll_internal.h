@@ -26,6 +26,7 @@ typedef enum coll_kernel {
     COLL_K_CE_RS,
     COLL_K_AG_PUSH,
     COLL_K_ZC_ALLGATHER,
+    COLL_K_ZC_REDUCESCATTER,
     COLL_K_COUNT
 } coll_kernel_t;
 
