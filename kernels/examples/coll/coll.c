@@ -88,8 +88,10 @@ static const struct coll_param_def {
      * from 64 MiB the CE row takes over); 0: never */
     {"zc_ag_max", "CCHAN_COLL_ZC_AG_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
     /* HB ReduceScatter on a registered send: zero-copy (one kernel reading every rank's send)
-     * up to this many bytes of input; 0: never */
-    {"zc_rs_max", "CCHAN_COLL_ZC_RS_MAX", 16 * (int64_t)COLL_MiB, 0, INT64_MAX},
+     * up to this many bytes of input (2xH200 against the staged kernel: 1 MiB 9.14 against 10.29
+     * us, 64 MiB 111.2 against 126.2; beyond, unmeasured: NVLink reads fell behind stores for
+     * AllReduce); 0: never */
+    {"zc_rs_max", "CCHAN_COLL_ZC_RS_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
 };
 
 typedef struct coll_reg {
