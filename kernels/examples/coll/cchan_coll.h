@@ -110,8 +110,8 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *                             from 512 MiB and AllReduce with ce_rs, else 400
  *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
  *                             engine (1, default) or by the SMs (0)
- *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce, AllGather, ReduceScatter: bytes a block moves (sets the
- *                             grid; 32 KiB)
+ *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce, AllGather, ReduceScatter: bytes a block
+ *                             moves (sets the grid; 32 KiB)
  *   zc_ag_max       >= 0      HB AllGather on a registered recv: zero-copy (stores straight into
  *                             the peers' recv) up to this many bytes of output (default 64 MiB;
  *                             0: never)
