@@ -74,10 +74,10 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 11: the final defaults (zero-copy ReduceScatter to 64 MiB): every test_coll_gpu
-# case, and the automatic ReduceScatter and AllGather 1 KiB-64 MiB against NCCL.
-step test 90 "$TEST"
-step rs_auto 30 "$BENCH" -o reducescatter -o allgather -b 1K -e 64M -f 4 -G 10 -n 20 -w 3 -r 3
+# Session 5, run 12: the automatic ReduceScatter on a registered send above 512 KiB takes zero-copy
+# HB instead of LL (the correctness cases that use AUTO, and the automatic rows 256 KiB-4 MiB).
+step test 60 "$TEST" --case correct_auto,correct_zc,graph_replay
+step rs_auto 20 "$BENCH" -o reducescatter -b 256K -e 4M -f 2 -G 10 -n 20 -w 3 -r 3
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30
