@@ -407,7 +407,8 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
             ccb_row_t row = base;
             if (algo == CCHAN_COLL_AUTO)
                 snprintf(row.algo, sizeof row.algo, "auto:%s",
-                         cchan_coll_algo_name(cchan_coll_select(coll, coll_op(op), bytes)));
+                         cchan_coll_algo_name(cchan_coll_select_buffers(coll, coll_op(op), bytes,
+                                                                        sendbuf, recvbuf)));
             else
                 snprintf(row.algo, sizeof row.algo, "%s",
                          cchan_coll_algo_name((cchan_coll_algo_t)algo));

@@ -161,8 +161,8 @@ static int cchan_run(ncclComm_t comm, shim_op_t op, const void *send, void *recv
     return rc;
 }
 
-/* Runs the call with cchan_coll's own choice (CCHAN_COLL_AUTO: *algo, the selector's pick, or the
- * HB algorithm where that pick needs registered buffers these are not) or, should cchan_coll refuse
+/* Runs the call with cchan_coll's own choice (CCHAN_COLL_AUTO; *algo becomes what it ran, from
+ * cchan_coll_select_buffers) or, should cchan_coll refuse
  * it before launching anything (CCHAN_ERR_UNSUPPORTED), with the portable algorithms by name.
  * Registration is collective, so every rank is refused alike and takes the same turn. Returns 0,
  * CCHAN_ERR_UNSUPPORTED (the caller forwards the call) or another failure. */
@@ -173,6 +173,7 @@ static int cchan_run_any(ncclComm_t comm, shim_op_t op, const void *send, void *
     static const cchan_coll_op_t cops[] = {CCHAN_COLL_ALLREDUCE, CCHAN_COLL_ALLGATHER,
                                            CCHAN_COLL_REDUCESCATTER};
     int rc = cchan_run(comm, op, send, recv, ccount, cdt, CCHAN_COLL_AUTO, stream);
+    if (rc == 0) *algo = cchan_coll_select_buffers(comm->coll, cops[op], full, send, recv);
     for (size_t i = 0; rc == CCHAN_ERR_UNSUPPORTED && i < sizeof portable / sizeof portable[0];
          i++) {
         cchan_coll_algo_t a = portable[i];

@@ -412,6 +412,53 @@ int main(int argc, char **argv) {
                        cchan_coll_get_param(coll, "no_such", &v) == -ENOENT,
                    "parameter limits and names");
         }
+        /* What AUTO runs for given buffers: a ReduceScatter above 512 KiB on a registered send
+         * runs HB (zero-copy) rather than the LL row; the CE rows fall back to HB on a region
+         * that no registration holds; unregistered buffers keep the table's row. */
+        {
+            const size_t rb = (size_t)1 << 20;
+            cchan_mem_t *mr;
+            CHECK(cchan_mem_alloc(comm, rb, 0, &mr));
+            uint8_t *p = (uint8_t *)cchan_mem_ptr(mr);
+            CHECK(cchan_coll_register(coll, p, rb));
+            static const uint8_t unreg[16];
+            const cchan_coll_op_t rs = CCHAN_COLL_REDUCESCATTER;
+            EXPECT(cchan_coll_select_buffers(coll, rs, rb, p, p) == CCHAN_COLL_HB_ALLPAIRS,
+                   "1 MiB reducescatter on a registered send runs HB (zero-copy; the row: %s)",
+                   cchan_coll_algo_name(cchan_coll_select(coll, rs, rb)));
+            EXPECT(cchan_coll_select_buffers(coll, rs, rb, unreg, unreg) ==
+                       cchan_coll_select(coll, rs, rb),
+                   "1 MiB reducescatter on an unregistered send keeps the table's row");
+            EXPECT(cchan_coll_select_buffers(coll, rs, rb / 4, p, p) ==
+                           cchan_coll_select(coll, rs, rb / 4) &&
+                       cchan_coll_select_buffers(coll, rs, rb / 4, unreg, unreg) ==
+                           cchan_coll_select(coll, rs, rb / 4),
+                   "256 KiB reducescatter keeps the table's row, registered or not");
+            EXPECT(cchan_coll_select_buffers(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30, p, p) ==
+                       CCHAN_COLL_HB_ALLPAIRS,
+                   "1 GiB allgather past the registration runs HB");
+            EXPECT(cchan_coll_select_buffers(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30, p, p) ==
+                       CCHAN_COLL_HB_ALLPAIRS,
+                   "1 GiB allreduce past the registration runs HB");
+            CHECK(cchan_coll_deregister(coll, p));
+            /* With LL slots that hold 1 MiB (as on a GPU's default scratch) the row says LL, and
+             * the registered send still runs HB. */
+            if (g_nranks == 2) {
+                cchan_coll_config_t big = CCHAN_COLL_CONFIG_INIT;
+                big.scratch_bytes = (size_t)32 << 20;
+                cchan_coll_t *c2 = NULL;
+                CHECK(cchan_coll_create(comm, &big, &c2));
+                CHECK(cchan_coll_register(c2, p, rb));
+                EXPECT(cchan_coll_select(c2, rs, rb) == CCHAN_COLL_LL_ALLPAIRS &&
+                           cchan_coll_select_buffers(c2, rs, rb, p, p) == CCHAN_COLL_HB_ALLPAIRS &&
+                           cchan_coll_select_buffers(c2, rs, rb, unreg, unreg) ==
+                               CCHAN_COLL_LL_ALLPAIRS,
+                       "1 MiB reducescatter: row LL, registered send HB, unregistered LL");
+                CHECK(cchan_coll_deregister(c2, p));
+                CHECK(cchan_coll_destroy(c2));
+            }
+            CHECK(cchan_mem_destroy(mr));
+        }
         EXPECT(cchan_coll_allgather(coll, g_reg_a, g_reg_b, 3, CCHAN_COLL_F16,
                                     CCHAN_COLL_CE_ALLPAIRS, NULL) == CCHAN_ERR_UNSUPPORTED,
                "CE AllGather of 6-byte blocks: '%s'", cchan_coll_last_error());

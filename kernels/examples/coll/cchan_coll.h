@@ -85,8 +85,16 @@ int cchan_coll_allgather(cchan_coll_t *coll, const void *send, void *recv, size_
 int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, void *recv, size_t recvcount,
                              cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
 
-/* What CCHAN_COLL_AUTO picks for this op and message size (bytes of the full buffer). */
+/* The selector's row for this op and message size (bytes of the full buffer). A call with
+ * CCHAN_COLL_AUTO starts from it and then looks at its buffers (cchan_coll_select_buffers). */
 cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes);
+/* What CCHAN_COLL_AUTO runs for a call on these buffers (send and recv as the call takes them):
+ * the selector's row, except that the copy-engine and port-ring rows run HB all-pairs where the
+ * call's buffers are not registered (CE AllReduce also without 2 MiB pages or with ce_rs 0), and
+ * a ReduceScatter above 512 KiB on a registered send runs HB all-pairs (zero-copy) instead of LL.
+ * (HB all-pairs runs zero-copy on registered buffers within zc_ag_max / zc_rs_max / 16 MiB.) */
+cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *coll, cchan_coll_op_t op,
+                                            size_t bytes, const void *send, const void *recv);
 /* 1 if algo implements op on this communicator (e.g. in the size limits of its scratch), else 0. */
 int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
                          size_t bytes);

@@ -1113,20 +1113,55 @@ static void coll_map_peers(const cchan_coll_t *c, coll_args_t *a, const coll_reg
     }
 }
 
-/* Picks the algorithm; for PORT_RING also fills the registrations (send's and recv's), for
- * CE_ALLPAIRS the peers' buffers. */
-static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *algo, size_t bytes,
-                     const void *send, size_t send_bytes, const void *recv, size_t recv_bytes,
-                     coll_args_t *a, const char *where) {
-    int automatic = *algo == CCHAN_COLL_AUTO;
-    if (automatic) *algo = cchan_coll_select(c, op, bytes);
+/* What CCHAN_COLL_AUTO runs for a call on these buffers (the regions coll_pick checks): the
+ * selector's row, then the call's buffers. */
+static cchan_coll_algo_t coll_auto(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
+                                   const void *send, size_t send_bytes, const void *recv,
+                                   size_t recv_bytes) {
+    cchan_coll_algo_t algo = cchan_coll_select(c, op, bytes);
     /* The table knows sizes, not buffers: a ReduceScatter in the LL row's upper half on a
      * registered send runs the zero-copy HB kernel instead (2xH200, 1 MiB: 9.14 against LL's
      * 10.00 us; 512 KiB: LL 5.68 against 8.73, so the LL row stays for unregistered buffers). */
-    if (automatic && op == CCHAN_COLL_REDUCESCATTER && *algo == CCHAN_COLL_LL_ALLPAIRS &&
+    if (op == CCHAN_COLL_REDUCESCATTER && algo == CCHAN_COLL_LL_ALLPAIRS &&
         bytes > COLL_RS_ZC_OVER_LL_BYTES && bytes <= (uint64_t)c->param[COLL_P_ZC_RS_MAX] &&
         coll_find_reg(c, send, send_bytes))
-        *algo = CCHAN_COLL_HB_ALLPAIRS;
+        return CCHAN_COLL_HB_ALLPAIRS;
+    if (!coll_needs_reg(algo)) return algo;
+    const coll_reg_t *gs = coll_find_reg(c, send, send_bytes);
+    const coll_reg_t *gr = coll_find_reg(c, recv, recv_bytes);
+    if (!gs || !gr) return CCHAN_COLL_HB_ALLPAIRS;
+    /* AllReduce wins on the copy engines only with 2 MiB pages and the copy engines pushing the
+     * shards (ce_rs; the row's measurement) */
+    if (algo == CCHAN_COLL_CE_ALLPAIRS && op == CCHAN_COLL_ALLREDUCE &&
+        !(gs->big_pages && gr->big_pages && c->param[COLL_P_CE_RS] != 0))
+        return CCHAN_COLL_HB_ALLPAIRS;
+    if (algo == CCHAN_COLL_PORT_RING && c->nranks > 1 && (!gs->ring_dev || !gr->ring_dev))
+        return CCHAN_COLL_HB_ALLPAIRS;
+    return algo;
+}
+
+/* The regions a call's registration is checked on: AllReduce send and recv, AllGather recv,
+ * ReduceScatter send (the ring copies send into recv first for AllGather and reads send with the
+ * copy engine for ReduceScatter), each of the full buffer's bytes. */
+static void coll_reg_regions(cchan_coll_op_t op, const void **send, const void **recv) {
+    if (op == CCHAN_COLL_ALLGATHER) *send = *recv;
+    if (op == CCHAN_COLL_REDUCESCATTER) *recv = *send;
+}
+
+cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
+                                            const void *send, const void *recv) {
+    if (!c || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return CCHAN_COLL_HB_ALLPAIRS;
+    coll_reg_regions(op, &send, &recv);
+    return coll_auto(c, op, bytes, send, bytes, recv, bytes);
+}
+
+/* Picks the algorithm (CCHAN_COLL_AUTO: coll_auto); for PORT_RING also fills the registrations
+ * (send's and recv's), for CE_ALLPAIRS the peers' buffers. */
+static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *algo, size_t bytes,
+                     const void *send, size_t send_bytes, const void *recv, size_t recv_bytes,
+                     coll_args_t *a, const char *where) {
+    if (*algo == CCHAN_COLL_AUTO)
+        *algo = coll_auto(c, op, bytes, send, send_bytes, recv, recv_bytes);
     if (!cchan_coll_supported(c, op, *algo, bytes))
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
                            "algorithm %s cannot run this call (%zu bytes, %d ranks%s)",
@@ -1139,11 +1174,7 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
     if (!coll_needs_reg(*algo)) return 0;
     const coll_reg_t *gs = coll_find_reg(c, send, send_bytes);
     const coll_reg_t *gr = coll_find_reg(c, recv, recv_bytes);
-    if (!gs || !gr) {
-        if (automatic) {
-            *algo = CCHAN_COLL_HB_ALLPAIRS;
-            return 0;
-        }
+    if (!gs || !gr)
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
                            "%s needs %s inside buffers registered with cchan_coll_register (%s is "
                            "not)",
@@ -1152,29 +1183,16 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
                            : op == CCHAN_COLL_ALLGATHER ? "recv"
                                                         : "send",
                            gs ? "recv" : "send");
-    }
     if (*algo == CCHAN_COLL_CE_ALLPAIRS) {
-        /* AllReduce wins on the copy engines only with 2 MiB pages and the copy engines pushing
-         * the shards (ce_rs; the row's measurement) */
-        if (automatic && op == CCHAN_COLL_ALLREDUCE &&
-            !(gs->big_pages && gr->big_pages && c->param[COLL_P_CE_RS] != 0)) {
-            *algo = CCHAN_COLL_HB_ALLPAIRS;
-            return 0;
-        }
         coll_map_peers(c, a, gs, send, gr, recv);
         a->ce_big_pages = (uint32_t)(gs->big_pages && gr->big_pages);
         return 0;
     }
-    if (c->nranks > 1 && (!gs->ring_dev || !gr->ring_dev)) {
-        if (automatic) {
-            *algo = CCHAN_COLL_HB_ALLPAIRS;
-            return 0;
-        }
+    if (c->nranks > 1 && (!gs->ring_dev || !gr->ring_dev))
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
                            "port_ring: the %s buffer was registered while the parameter port_ring "
                            "was 0, so it has no port channels",
                            gs->ring_dev ? "recv" : "send");
-    }
     a->ring_send = gs->ring_dev;
     a->ring_recv = gr->ring_dev;
     a->send_off = (uint64_t)((const uint8_t *)send - gs->ptr);
