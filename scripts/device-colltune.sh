@@ -74,10 +74,12 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 12: the automatic ReduceScatter on a registered send above 512 KiB takes zero-copy
-# HB instead of LL (the correctness cases that use AUTO, and the automatic rows 256 KiB-4 MiB).
-step test 60 "$TEST" --case correct_auto,correct_zc,graph_replay
-step rs_auto 20 "$BENCH" -o reducescatter -b 256K -e 4M -f 2 -G 10 -n 20 -w 3 -r 3
+# Session 5, run 13: after the automatic choice moved into one function (coll_auto) shared with
+# cchan_coll_select_buffers, which now labels the bench's auto rows: every test_coll_gpu case and
+# the automatic rows of all three ops at 256 KiB-4 MiB and 256 MiB-1 GiB.
+step test 90 "$TEST"
+step auto_small 25 "$BENCH" -o reducescatter -o allgather -o allreduce -b 256K -e 4M -f 4 -G 10 -n 20 -w 3 -r 3
+step auto_big 25 "$BENCH" -o allreduce -o allgather -b 256M -e 1G -f 4 "${B[@]}"
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30
