@@ -11,22 +11,6 @@
 # whole number of 2 MiB: small pages); copy engines and mixes in two processes, with and without
 # that padding).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
-OUT=${OUT:-/tmp}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0
-unset CCHAN_NVLS
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
-bin=$OUT/cchan-bw-probe
-nvcc -O3 -std=c++17 -arch=sm_90 bench/bw_probe.cu -o "$bin" >"$OUT/bwprobe-build.log" 2>&1 ||
-    { tail -20 "$OUT/bwprobe-build.log"; echo "SUMMARY bwprobe: build FAILED"; exit 2; }
-nvidia-smi -L
-rc=0
-IFS='|' read -r -a runs <<<"${PROBE_RUNS:- |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push|--procs --only mix}"
-for args in "${runs[@]}"; do
-    echo "== cchan-bw-probe $args"
-    # shellcheck disable=SC2086
-    timeout 120 "$bin" $args || rc=$?
-done
-echo "SUMMARY bwprobe: rc=$rc"
-exit $rc
+. "$(dirname "$0")/probe-run.sh"
+probe_run bwprobe bw_probe.cu 120 \
+    " |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push|--procs --only mix"

@@ -74,12 +74,12 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 13: after the automatic choice moved into one function (coll_auto) shared with
-# cchan_coll_select_buffers, which now labels the bench's auto rows: every test_coll_gpu case and
-# the automatic rows of all three ops at 256 KiB-4 MiB and 256 MiB-1 GiB.
+# Session 5, run 14: after a review refactor of coll.c (one zero-copy check, one CE AllReduce chunk
+# helper, the registration regions derived in coll_pick): every test_coll_gpu case, and the
+# automatic 1 GiB AllReduce and 1 MiB ReduceScatter against NCCL.
 step test 90 "$TEST"
-step auto_small 25 "$BENCH" -o reducescatter -o allgather -o allreduce -b 256K -e 4M -f 4 -G 10 -n 20 -w 3 -r 3
-step auto_big 25 "$BENCH" -o allreduce -o allgather -b 256M -e 1G -f 4 "${B[@]}"
+step auto 25 "$BENCH" -o allreduce -b 1G -e 1G "${B[@]}"
+step rs 15 "$BENCH" -o reducescatter -b 1M -e 1M -G 10 -n 20 -w 3 -r 3
 
 echo "== test_coll_gpu"
 grep -E "^(PASS|FAIL|SKIP) |calls checked|FAIL|FATAL|WATCHDOG|diagnostic" "$LOG/test.log" | head -30

@@ -870,17 +870,6 @@ static int coll_ce_rs(const cchan_coll_t *c, const coll_args_t *a) {
     return v >= 0 ? (int)v : (int)a->ce_big_pages;
 }
 
-/* CE AllReduce with both phases on the copy engines (ce_rs = 1), R = ce_regions staging regions
- * and L = ce_rs_lanes shard lanes. Chunk k of every peer's shard is pushed by a copy engine into
- * that peer's staging region k % R on lane k % L, and a mark after it; the CE_RS kernel of chunk k
- * waits for that mark, meets every peer at its per-block barrier (so every peer's copy into this
- * rank has landed: each peer's kernel also began after its own copy), and reduces; a copy engine
- * then pushes the reduced chunk (less the SMs' share) into every peer's recv on the lanes after
- * the shard lanes. The push of chunk k + R - 1 is forked after kernel k: that kernel's barrier
- * means every peer has finished kernel k - 1, the last reader of region (k + R - 1) % R. On one
- * lane the pushes run back to back in chunk order, so the first kernel starts after one chunk's
- * copy. */
-
 /* Chunk k of a shard of `shard` elements cut into chunks of `chunk` (a multiple of vec): equal
  * chunks, or with ramp (and room for it) the last three 1/2, 1/4, 1/8 chunk (a shorter drain) and,
  * with ramp 1, the first three 1/8, 1/4, 1/2 chunk too (a shorter fill). Returns the number of
@@ -948,6 +937,44 @@ static size_t coll_ce_chunk_elems(const cchan_coll_t *c, const coll_args_t *a, s
     return chunk < vec ? vec : chunk;
 }
 
+/* One CE AllReduce chunk [off, off + part) of every rank's shard (shard elements, padded): the
+ * CE_RS kernel on staging region `region` (the SMs also store the first permille/1000 of this
+ * rank's reduced chunk into every peer's recv), then the copy engines copy the rest of it into
+ * every peer's recv on lane `lane`. Every rank runs the same chunks and grids, so the kernels'
+ * per-block barriers pair up. */
+static int coll_ce_reduce_chunk(cchan_coll_t *c, coll_args_t *a, int dt, size_t shard, size_t off,
+                                size_t part, uint32_t region, int lane, int64_t permille,
+                                unsigned *forked, void *stream, const char *where) {
+    const size_t es = a->esize, vec = COLL_VEC / es;
+    const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
+    const size_t len = coll_min_u64(shard, a->count - s0);
+    const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
+    a->part_off = off;
+    a->part_len = part;
+    a->sm_len = sm;
+    a->ce_region = region;
+    int st = coll_run(c, COLL_K_CE_RS, dt, a, coll_zc_grid(c, part * es), stream, where);
+    const size_t c0 = off < len ? off : len;
+    const size_t clen = len - c0 < part ? len - c0 : part;
+    const size_t at = (s0 + c0 + sm) * es, bytes = clen > sm ? (clen - sm) * es : 0;
+    if (st == 0 && bytes && c->nranks > 1) st = coll_ce_fork(c, lane, forked, stream);
+    for (int j = 1; j < c->nranks && st == 0; j++) {
+        int p = (c->rank + j) % c->nranks;
+        st = coll_ce_copy(c, lane, a->peer_recv[p] + at, a->recv + at, bytes);
+    }
+    return st;
+}
+
+/* CE AllReduce with both phases on the copy engines (ce_rs = 1), R = ce_regions staging regions
+ * and L = ce_rs_lanes shard lanes. Chunk k of every peer's shard is pushed by a copy engine into
+ * that peer's staging region k % R on lane k % L, and a mark after it; the CE_RS kernel of chunk k
+ * waits for that mark, meets every peer at its per-block barrier (so every peer's copy into this
+ * rank has landed: each peer's kernel also began after its own copy), and reduces; a copy engine
+ * then pushes the reduced chunk (less the SMs' share) into every peer's recv on the lanes after
+ * the shard lanes. The push of chunk k + R - 1 is forked after kernel k: that kernel's barrier
+ * means every peer has finished kernel k - 1, the last reader of region (k + R - 1) % R. On one
+ * lane the pushes run back to back in chunk order, so the first kernel starts after one chunk's
+ * copy. */
 static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                                 const char *where) {
     const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
@@ -956,8 +983,6 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     pl.regions = (int)c->param[COLL_P_CE_REGIONS];
     pl.lanes = (int)c->param[COLL_P_CE_RS_LANES];
     if (pl.lanes > pl.regions) pl.lanes = pl.regions; /* a lane per region at most */
-    const size_t s0 = coll_min_u64((uint64_t)c->rank * pl.shard, a->count);
-    const size_t len = coll_min_u64(pl.shard, a->count - s0);
     a->ce_slot = coll_ce_slot_bytes(a, pl.regions);
     a->ce_pushed = 1;
     pl.chunk = coll_ce_chunk_elems(c, a, vec);
@@ -974,30 +999,16 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
     if (ag_lanes > COLLI_CE_LANES_MAX - pl.lanes) ag_lanes = COLLI_CE_LANES_MAX - pl.lanes;
     unsigned forked = 0;
     int st = coll_run_barrier(c, a, stream, where);
-    const int me = c->rank;
     for (size_t k = 0; k < pl.nchunks && k < ahead && st == 0; k++)
         st = coll_ce_push_shards(c, a, &pl, k, &forked, stream);
     for (size_t k = 0; k < pl.nchunks && st == 0; k++) {
         (void)coll_ce_chunk(k, pl.shard, pl.chunk, vec, pl.ramp, &off, &part);
-        const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
         if (c->platform == CCHAN_PLATFORM_CUDA)
             st = colli_ce_wait_mark(c->device, c->ce, (int)(k % COLLI_CE_MARKS), stream);
-        a->part_off = off;
-        a->part_len = part;
-        a->sm_len = sm;
-        a->ce_region = (uint32_t)(k % (size_t)pl.regions);
         if (st == 0)
-            st = coll_run(c, COLL_K_CE_RS, dt, a, coll_zc_grid(c, part * es), stream, where);
-        /* the reduced chunk, less the SMs' share, into every peer's recv */
-        const size_t c0 = off < len ? off : len;
-        const size_t clen = len - c0 < part ? len - c0 : part;
-        const size_t at = (s0 + c0 + sm) * es, bytes = clen > sm ? (clen - sm) * es : 0;
-        const int al = pl.lanes + (int)(k % (size_t)ag_lanes);
-        if (st == 0 && bytes && c->nranks > 1) st = coll_ce_fork(c, al, &forked, stream);
-        for (int j = 1; j < c->nranks && st == 0; j++) {
-            int p = (me + j) % c->nranks;
-            st = coll_ce_copy(c, al, a->peer_recv[p] + at, a->recv + at, bytes);
-        }
+            st = coll_ce_reduce_chunk(
+                c, a, dt, pl.shard, off, part, (uint32_t)(k % (size_t)pl.regions),
+                pl.lanes + (int)(k % (size_t)ag_lanes), permille, &forked, stream, where);
         /* chunk k + R - 1's pushes, once kernel k's barrier has freed its region on every peer */
         if (k + ahead < pl.nchunks && st == 0)
             st = coll_ce_push_shards(c, a, &pl, k + ahead, &forked, stream);
@@ -1010,34 +1021,17 @@ static int coll_ce_allreduce_rs(cchan_coll_t *c, coll_args_t *a, int dt, void *s
 static int coll_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream,
                              const char *where) {
     if (coll_ce_rs(c, a)) return coll_ce_allreduce_rs(c, a, dt, stream, where);
-    const size_t es = a->esize, vec = COLL_VEC / es, n = (size_t)c->nranks;
+    const size_t vec = COLL_VEC / a->esize, n = (size_t)c->nranks;
     const size_t shard = (size_t)coll_round_up((a->count + n - 1) / n, vec);
-    const size_t s0 = coll_min_u64((uint64_t)c->rank * shard, a->count);
-    const size_t len = coll_min_u64(shard, a->count - s0);
     const size_t chunk = coll_ce_chunk_elems(c, a, vec);
     const int64_t permille = coll_ce_permille(c, a, CCHAN_COLL_ALLREDUCE);
     const int lanes = (int)c->param[COLL_P_CE_LANES];
     unsigned forked = 0;
     int st = coll_run_barrier(c, a, stream, where);
-    /* every rank runs the same chunks and grids: the kernels' per-block barriers pair up */
     for (size_t off = 0, k = 0; off < shard && st == 0; k++) {
         const size_t part = shard - off < chunk ? shard - off : chunk;
-        const size_t sm = permille >= 1000 ? part : part / 1000 * (size_t)permille / vec * vec;
-        a->part_off = off;
-        a->part_len = part;
-        a->sm_len = sm;
-        a->ce_region = (uint32_t)(k & 1);
-        st = coll_run(c, COLL_K_CE_RS, dt, a, coll_zc_grid(c, part * es), stream, where);
-        /* the copy engines take the rest of this rank's chunk once it is reduced */
-        const size_t c0 = off < len ? off : len;
-        const size_t clen = len - c0 < part ? len - c0 : part;
-        const size_t at = (s0 + c0 + sm) * es, bytes = clen > sm ? (clen - sm) * es : 0;
-        const int lane = (int)(k % (size_t)lanes);
-        if (st == 0 && bytes && c->nranks > 1) st = coll_ce_fork(c, lane, &forked, stream);
-        for (int j = 1; j < c->nranks && st == 0; j++) {
-            int p = (c->rank + j) % c->nranks;
-            st = coll_ce_copy(c, lane, a->peer_recv[p] + at, a->recv + at, bytes);
-        }
+        st = coll_ce_reduce_chunk(c, a, dt, shard, off, part, (uint32_t)(k & 1),
+                                  (int)(k % (size_t)lanes), permille, &forked, stream, where);
         off += part;
     }
     if (st == 0 && c->platform == CCHAN_PLATFORM_CUDA) st = coll_ce_join_all(c, forked, stream);
@@ -1113,22 +1107,41 @@ static void coll_map_peers(const cchan_coll_t *c, coll_args_t *a, const coll_reg
     }
 }
 
-/* What CCHAN_COLL_AUTO runs for a call on these buffers (the regions coll_pick checks): the
- * selector's row, then the call's buffers. */
+/* The regions a call's registration is checked on, each of the full buffer's bytes: AllReduce
+ * send and recv, AllGather recv (the ring copies send into recv first), ReduceScatter send (the
+ * ring reads it with the copy engine; recv is written by the SMs only). */
+static void coll_reg_regions(cchan_coll_op_t op, const void **send, const void **recv) {
+    if (op == CCHAN_COLL_ALLGATHER) *send = *recv;
+    if (op == CCHAN_COLL_REDUCESCATTER) *recv = *send;
+}
+
+/* Whether HB all-pairs runs zero-copy on these regions (coll_reg_regions'): every region
+ * registered and the call within the op's limit (AllReduce COLL_ZC_MAX_BYTES, AllGather zc_ag_max,
+ * ReduceScatter zc_rs_max). With `a`, also maps the peers' buffers into it. */
+static int coll_zc(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes, const void *send,
+                   const void *recv, coll_args_t *a) {
+    const uint64_t max = op == CCHAN_COLL_ALLREDUCE   ? COLL_ZC_MAX_BYTES
+                         : op == CCHAN_COLL_ALLGATHER ? (uint64_t)c->param[COLL_P_ZC_AG_MAX]
+                                                      : (uint64_t)c->param[COLL_P_ZC_RS_MAX];
+    if (bytes > max) return 0;
+    const coll_reg_t *gs = coll_find_reg(c, send, bytes), *gr = coll_find_reg(c, recv, bytes);
+    if (!gs || !gr) return 0;
+    if (a) coll_map_peers(c, a, gs, send, gr, recv);
+    return 1;
+}
+
+/* What CCHAN_COLL_AUTO runs for a call on these regions: the selector's row, then the buffers. */
 static cchan_coll_algo_t coll_auto(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
-                                   const void *send, size_t send_bytes, const void *recv,
-                                   size_t recv_bytes) {
+                                   const void *send, const void *recv) {
     cchan_coll_algo_t algo = cchan_coll_select(c, op, bytes);
     /* The table knows sizes, not buffers: a ReduceScatter in the LL row's upper half on a
      * registered send runs the zero-copy HB kernel instead (2xH200, 1 MiB: 9.14 against LL's
      * 10.00 us; 512 KiB: LL 5.68 against 8.73, so the LL row stays for unregistered buffers). */
     if (op == CCHAN_COLL_REDUCESCATTER && algo == CCHAN_COLL_LL_ALLPAIRS &&
-        bytes > COLL_RS_ZC_OVER_LL_BYTES && bytes <= (uint64_t)c->param[COLL_P_ZC_RS_MAX] &&
-        coll_find_reg(c, send, send_bytes))
+        bytes > COLL_RS_ZC_OVER_LL_BYTES && coll_zc(c, op, bytes, send, recv, NULL))
         return CCHAN_COLL_HB_ALLPAIRS;
     if (!coll_needs_reg(algo)) return algo;
-    const coll_reg_t *gs = coll_find_reg(c, send, send_bytes);
-    const coll_reg_t *gr = coll_find_reg(c, recv, recv_bytes);
+    const coll_reg_t *gs = coll_find_reg(c, send, bytes), *gr = coll_find_reg(c, recv, bytes);
     if (!gs || !gr) return CCHAN_COLL_HB_ALLPAIRS;
     /* AllReduce wins on the copy engines only with 2 MiB pages and the copy engines pushing the
      * shards (ce_rs; the row's measurement) */
@@ -1140,28 +1153,20 @@ static cchan_coll_algo_t coll_auto(const cchan_coll_t *c, cchan_coll_op_t op, si
     return algo;
 }
 
-/* The regions a call's registration is checked on: AllReduce send and recv, AllGather recv,
- * ReduceScatter send (the ring copies send into recv first for AllGather and reads send with the
- * copy engine for ReduceScatter), each of the full buffer's bytes. */
-static void coll_reg_regions(cchan_coll_op_t op, const void **send, const void **recv) {
-    if (op == CCHAN_COLL_ALLGATHER) *send = *recv;
-    if (op == CCHAN_COLL_REDUCESCATTER) *recv = *send;
-}
-
 cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
                                             const void *send, const void *recv) {
     if (!c || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return CCHAN_COLL_HB_ALLPAIRS;
     coll_reg_regions(op, &send, &recv);
-    return coll_auto(c, op, bytes, send, bytes, recv, bytes);
+    return coll_auto(c, op, bytes, send, recv);
 }
 
-/* Picks the algorithm (CCHAN_COLL_AUTO: coll_auto); for PORT_RING also fills the registrations
- * (send's and recv's), for CE_ALLPAIRS the peers' buffers. */
+/* Picks the algorithm (CCHAN_COLL_AUTO: coll_auto) for a call on `bytes` of send and recv, whose
+ * regions become coll_reg_regions'; for PORT_RING also fills the registrations, for CE_ALLPAIRS
+ * the peers' buffers. */
 static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *algo, size_t bytes,
-                     const void *send, size_t send_bytes, const void *recv, size_t recv_bytes,
-                     coll_args_t *a, const char *where) {
-    if (*algo == CCHAN_COLL_AUTO)
-        *algo = coll_auto(c, op, bytes, send, send_bytes, recv, recv_bytes);
+                     const void *send, const void *recv, coll_args_t *a, const char *where) {
+    coll_reg_regions(op, &send, &recv);
+    if (*algo == CCHAN_COLL_AUTO) *algo = coll_auto(c, op, bytes, send, recv);
     if (!cchan_coll_supported(c, op, *algo, bytes))
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
                            "algorithm %s cannot run this call (%zu bytes, %d ranks%s)",
@@ -1172,8 +1177,7 @@ static int coll_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *alg
                                  "per-rank block of a multiple of 16 bytes"
                                : ": AllReduce only");
     if (!coll_needs_reg(*algo)) return 0;
-    const coll_reg_t *gs = coll_find_reg(c, send, send_bytes);
-    const coll_reg_t *gr = coll_find_reg(c, recv, recv_bytes);
+    const coll_reg_t *gs = coll_find_reg(c, send, bytes), *gr = coll_find_reg(c, recv, bytes);
     if (!gs || !gr)
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
                            "%s needs %s inside buffers registered with cchan_coll_register (%s is "
@@ -1237,7 +1241,7 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
     if (st || count == 0) return st;
     coll_args_t a = coll_args(c, send, recv, count, dtype, bytes);
     a.in_place = send == recv;
-    st = coll_pick(c, CCHAN_COLL_ALLREDUCE, &algo, bytes, send, bytes, recv, bytes, &a, where);
+    st = coll_pick(c, CCHAN_COLL_ALLREDUCE, &algo, bytes, send, recv, &a, where);
     if (st) return st;
     const size_t per = bytes / (size_t)c->nranks;
     switch (algo) {
@@ -1252,13 +1256,10 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
     case CCHAN_COLL_CE_ALLPAIRS: return coll_ce_allreduce(c, &a, (int)dtype, stream, where);
     default: break;
     }
-    const coll_reg_t *gs = coll_find_reg(c, send, bytes), *gr = coll_find_reg(c, recv, bytes);
     /* zero-copy: read every rank's input, write every rank's output */
-    if (gs && gr && bytes <= COLL_ZC_MAX_BYTES) {
-        coll_map_peers(c, &a, gs, send, gr, recv);
+    if (coll_zc(c, CCHAN_COLL_ALLREDUCE, bytes, send, recv, &a))
         return coll_run(c, COLL_K_ZC_ALLREDUCE, (int)dtype, &a, coll_zc_grid(c, per), stream,
                         where);
-    }
     return coll_run(c, COLL_K_HB_ALLREDUCE, (int)dtype, &a, coll_hb_grid(c, per), stream, where);
 }
 
@@ -1273,8 +1274,7 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
     const size_t per = bytes / (size_t)c->nranks;
     coll_args_t a = coll_args(c, send, recv, sendcount, dtype, bytes);
     a.in_place = (const uint8_t *)send == (const uint8_t *)recv + (size_t)c->rank * per;
-    /* the ring reads only recv (it copies send into it first): send need not be registered */
-    st = coll_pick(c, CCHAN_COLL_ALLGATHER, &algo, bytes, recv, bytes, recv, bytes, &a, where);
+    st = coll_pick(c, CCHAN_COLL_ALLGATHER, &algo, bytes, send, recv, &a, where);
     if (st) return st;
     switch (algo) {
     case CCHAN_COLL_LL_ALLPAIRS:
@@ -1286,9 +1286,7 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
     default: break;
     }
     /* zero-copy: store this rank's block straight into every rank's recv */
-    const coll_reg_t *gr = coll_find_reg(c, recv, bytes);
-    if (gr && bytes <= (uint64_t)c->param[COLL_P_ZC_AG_MAX]) {
-        coll_map_peers(c, &a, gr, recv, gr, recv);
+    if (coll_zc(c, CCHAN_COLL_ALLGATHER, bytes, recv, recv, &a)) {
         a.sm_len = per;
         return coll_run(c, COLL_K_ZC_ALLGATHER, (int)dtype, &a, coll_zc_grid(c, per), stream,
                         where);
@@ -1307,8 +1305,7 @@ int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size
     const size_t per = bytes / (size_t)c->nranks;
     coll_args_t a = coll_args(c, send, recv, recvcount, dtype, bytes);
     a.in_place = (uint8_t *)recv == (const uint8_t *)send + (size_t)c->rank * per;
-    /* the ring reads send with the copy engine; recv is written by the SMs only */
-    st = coll_pick(c, CCHAN_COLL_REDUCESCATTER, &algo, bytes, send, bytes, send, bytes, &a, where);
+    st = coll_pick(c, CCHAN_COLL_REDUCESCATTER, &algo, bytes, send, recv, &a, where);
     if (st) return st;
     switch (algo) {
     case CCHAN_COLL_LL_ALLPAIRS:
@@ -1319,12 +1316,9 @@ int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size
     default: break;
     }
     /* zero-copy: read this rank's block from every rank's send */
-    const coll_reg_t *gs = coll_find_reg(c, send, bytes);
-    if (gs && bytes <= (uint64_t)c->param[COLL_P_ZC_RS_MAX]) {
-        coll_map_peers(c, &a, gs, send, gs, send);
+    if (coll_zc(c, CCHAN_COLL_REDUCESCATTER, bytes, send, send, &a))
         return coll_run(c, COLL_K_ZC_REDUCESCATTER, (int)dtype, &a, coll_zc_grid(c, per), stream,
                         where);
-    }
     return coll_run(c, COLL_K_HB_REDUCESCATTER, (int)dtype, &a, coll_hb_grid(c, per), stream,
                     where);
 }
