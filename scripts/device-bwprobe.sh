@@ -12,5 +12,5 @@
 # that padding).
 set -uo pipefail
 . "$(dirname "$0")/probe-run.sh"
-probe_run bwprobe bw_probe.cu 120 \
-    " |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push|--procs --only mix"
+runs=" |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push"
+probe_run bwprobe bw_probe.cu 120 "$runs|--procs --only mix"
