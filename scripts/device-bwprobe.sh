@@ -11,6 +11,8 @@
 # whole number of 2 MiB: small pages); copy engines and mixes in two processes, with and without
 # that padding).
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
+unset CCHAN_NVLS
 . "$(dirname "$0")/probe-run.sh"
 runs=" |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push"
 probe_run bwprobe bw_probe.cu 120 "$runs|--procs --only mix"

@@ -7,5 +7,7 @@
 #
 # PROBE_RUNS: the configurations to run, separated by '|', in order (the default: all four).
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
+unset CCHAN_NVLS
 . "$(dirname "$0")/probe-run.sh"
 probe_run flagprobe flag_probe.cu 60 " |--cpu-poll|--procs|--procs --cpu-poll" -lpthread

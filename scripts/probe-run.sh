@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by scripts/device-bwprobe.sh and device-flagprobe.sh.
+# Sourced by scripts/device-bwprobe.sh and device-flagprobe.sh (which export NCCL_NVLS_ENABLE=0).
 #   probe_run NAME SOURCE TIMEOUT DEFAULT_RUNS [NVCC_ARGS...]
 # builds bench/SOURCE (a standalone probe, no cchan library; foo_probe.cu becomes
 # $OUT/cchan-foo-probe) for sm_90 and runs it once per argument set of PROBE_RUNS (sets separated
@@ -11,8 +11,6 @@ probe_run() {
     cd "$(dirname "${BASH_SOURCE[0]}")/.." || return 2
     OUT=${OUT:-/tmp}
     mkdir -p "$OUT"
-    export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
-    unset CCHAN_NVLS
     [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
     local base=${src%.cu}
     local bin=$OUT/cchan-${base//_/-} log=$OUT/$name-build.log
