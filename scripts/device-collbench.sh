@@ -55,7 +55,7 @@ if [ "$mode" = manual ]; then
     lib=$(find "$BUILD" -name libcchan.so -print -quit)
     flib=$(find "$BUILD" -name libcchan_fused_rmsnorm.a -print -quit)
     mkdir -p "$BUILD/test/gpu"
-    nvcc -std=c++17 -O2 -arch=sm_"$ARCH" -Iinclude -Itest/gpu -Ikernels/examples/fused \
+    nvcc -std=c++17 -O2 -arch=sm_"$ARCH" -Iinclude -Itest/gpu -Ikernels/fused \
         -DCCHAN_FUSED_HAVE_CUDA=1 test/gpu/test_fused_gpu.cu -o "$BUILD/test/gpu/test_fused_gpu" \
         "$flib" -L"$(dirname "$lib")" -lcchan -Xlinker -rpath="$(cd "$(dirname "$lib")" && pwd)" \
         -lpthread -lm >>"$LOG/build.log" 2>&1 || { tail -n 20 "$LOG/build.log"; say "nvcc test_fused_gpu failed"; exit 2; }

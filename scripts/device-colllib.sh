@@ -44,7 +44,7 @@ else
     libdir=$(cd "$(dirname "$(find "$BUILD" -maxdepth 3 -name libcchan.so | head -1)")" && pwd)
     coll=$(find "$BUILD" -name libcchan_coll.a | head -1)
     bin="$BUILD/test_coll_gpu"
-    nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -Itest/gpu -Ikernels/examples/coll \
+    nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -Itest/gpu -Ikernels/coll \
         test/gpu/test_coll_gpu.cu -o "$bin" "$coll" -L"$libdir" -lcchan -Xlinker -rpath="$libdir" \
         -lpthread >> "$OUT/colllib-build.log" 2>&1 || fail "nvcc test_coll_gpu"
 fi

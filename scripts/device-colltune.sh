@@ -45,7 +45,7 @@ if [ $mode = manual ]; then
     libdir=$(cd "$(dirname "$(find "$BUILD" -maxdepth 3 -name libcchan.so | head -1)")" && pwd)
     coll=$(find "$BUILD" -name libcchan_coll.a | head -1)
     TEST="$BUILD/test_coll_gpu"
-    nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -Itest/gpu -Ikernels/examples/coll \
+    nvcc -std=c++17 -O2 -arch=sm_90 -Iinclude -Itest/gpu -Ikernels/coll \
         test/gpu/test_coll_gpu.cu -o "$TEST" "$coll" -L"$libdir" -lcchan -Xlinker -rpath="$libdir" \
         -lpthread >> "$LOG/build.log" 2>&1 || { tail -5 "$LOG/build.log"; TEST=false; }
 fi

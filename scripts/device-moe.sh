@@ -10,7 +10,7 @@
 # Environment: OUT (logs; default build-device-moe/out), BUILD (default build-device-moe), JOBS,
 # BENCH_ARGS (extra cchan-moe-bench options), TEST_VARIANTS, LL_VARIANTS, HT_VARIANTS
 # (';'-separated CCHAN_MOE_VARIANT values, "default" = the library's defaults; see
-# kernels/examples/moe/moe_internal.h). NVLink multicast is never used (NCCL_NVLS_ENABLE=0).
+# kernels/moe/moe_internal.h). NVLink multicast is never used (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-ranks.sh

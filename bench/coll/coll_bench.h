@@ -13,7 +13,7 @@
 
 #include "cchan/cchan.h"
 #include "cchan_coll.h"
-#include "fused_rmsnorm.h"
+#include "cchan_fused.h"
 #include "nccl_dyn.h"
 
 #ifdef __cplusplus

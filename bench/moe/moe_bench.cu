@@ -1,11 +1,11 @@
-/* cchan-moe-bench: MoE dispatch and combine (kernels/examples/moe) on every GPU of the host, one
+/* cchan-moe-bench: MoE dispatch and combine (kernels/moe) on every GPU of the host, one
  * process per GPU, against an NCCL all-to-all dispatcher measured in the same run.
  *
  *   cchan-run -n <GPUs> build/bench/moe/cchan-moe-bench [--mode ll|ht|all] [--tokens 128]
  *       [--ht-tokens 4096] [--hidden 7168] [--topk 8] [--experts 256] [--reps 9] [--no-nccl]
  *       [--variants 'V1;V2;...'] [--json FILE]
  *
- * --variants measures the library once per CCHAN_MOE_VARIANT value (kernels/examples/moe/
+ * --variants measures the library once per CCHAN_MOE_VARIANT value (kernels/moe/
  * moe_internal.h lists the keys; "default" is the library's defaults), each with a group of its
  * own, and prints each variant's rows as soon as they are measured; NCCL runs once.
  *

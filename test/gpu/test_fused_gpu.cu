@@ -1,4 +1,4 @@
-/* GPU tests of the fused AllReduce + residual add + RMSNorm kernel (kernels/examples/fused), two
+/* GPU tests of the fused AllReduce + residual add + RMSNorm kernel (kernels/fused), two
  * GPUs, one process each (cchan-run -n 2). Every output is checked against a float64 reference
  * computed on the host from every rank's inputs: residual_out bit-exact (the sums of these bf16
  * values are exact in f32, so the rounding points fix the result), y within one bf16 ulp, and both
@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "fused_rmsnorm.h"
+#include "cchan_fused.h"
 #include "gpu_test.h"
 
 #define FT_MAX_TOKENS 256u

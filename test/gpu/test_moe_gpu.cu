@@ -1,4 +1,4 @@
-/* cchan_moe (kernels/examples/moe) on two GPUs, one process per GPU (issue 8).
+/* cchan_moe (kernels/moe) on two GPUs, one process per GPU (issue 8).
  *
  *   cchan-run -n 2 --timeout 600 build/test/gpu/test_moe_gpu [--case NAME,...] [--list]
  *

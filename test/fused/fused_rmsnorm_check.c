@@ -1,9 +1,9 @@
-/* fused_rmsnorm_example: runs cchan_fused_rmsnorm on random bf16 data and checks every rank's
+/* fused_rmsnorm_check: runs cchan_fused_rmsnorm on random bf16 data and checks every rank's
  * residual_out and y against a float64 reference computed here from every rank's inputs.
  *
- *   cchan-run -n 2 build/kernels/examples/fused/fused_rmsnorm_example            one case on the
- * GPUs cchan-run -n 2 .../fused_rmsnorm_example --tokens 128 --hidden 8192 --proto hb cchan-run -n
- * 2 .../fused_rmsnorm_example --host --check   the case matrix on the host platform
+ *   cchan-run -n 2 build/test/fused/fused_rmsnorm_check            one case on the
+ * GPUs cchan-run -n 2 .../fused_rmsnorm_check --tokens 128 --hidden 8192 --proto hb cchan-run -n
+ * 2 .../fused_rmsnorm_check --host --check   the case matrix on the host platform
  *
  * Checks: residual_out is bit-exact (the all-reduce and the residual add of bf16 values in this
  * range are exact in f32, so the rounding points fix the result); y is within one bf16 ulp of the
@@ -19,7 +19,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "fused_rmsnorm.h"
+#include "cchan_fused.h"
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
                                            : CCHAN_FUSED_AUTO;
         } else {
             fprintf(stderr,
-                    "usage: fused_rmsnorm_example [--host] [--check] [--tokens N] [--hidden H] "
+                    "usage: fused_rmsnorm_check [--host] [--check] [--tokens N] [--hidden H] "
                     "[--proto auto|ll|hb]\n");
             return 2;
         }
@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
     platform = cchan_comm_platform(comm);
     if (cchan_env_timeout_ms() == 0) CHECK(cchan_comm_set_timeout_ms(comm, 30000));
     if (platform != CCHAN_PLATFORM_HOST && platform != CCHAN_PLATFORM_CUDA) {
-        if (rank == 0) printf("fused_rmsnorm_example: needs CUDA or --host (skipped)\n");
+        if (rank == 0) printf("fused_rmsnorm_check: needs CUDA or --host (skipped)\n");
         cchan_comm_destroy(comm);
         return 77;
     }
@@ -284,7 +284,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < nranks; r++) sum += all[r];
     free(all);
     if (rank == 0)
-        printf("fused_rmsnorm_example: %d ranks, %s: %s\n", nranks,
+        printf("fused_rmsnorm_check: %d ranks, %s: %s\n", nranks,
                platform == CCHAN_PLATFORM_CUDA ? "cuda" : "host", sum ? "FAILED" : "OK");
     CHECK(cchan_comm_destroy(comm));
     return sum ? 1 : 0;

@@ -2,7 +2,7 @@
  * (block, nblocks, tid, nthreads), so that the same code runs on a GPU (moe_cuda.cu wraps each in a
  * __global__ function, all phases of an operation in one launch) and on CPU threads (cchan_moe.c
  * runs the phases one after the other, a "block" being one thread). Internal to
- * kernels/examples/moe; the layout is in moe_wire.h.
+ * kernels/moe; the layout is in moe_wire.h.
  *
  * Synchronization is the per-(expert, rank) counters of moe_wire.h and nothing else: a sender
  * writes its data with plain stores into the peer's buffer (cchan memory-channel style, NVLink or

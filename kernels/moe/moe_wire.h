@@ -1,5 +1,5 @@
 /* cchan MoE: the layout of the communication buffer every rank exchanges, shared by the kernels
- * (device code, CUDA or host backend) and the host runtime. Internal to kernels/examples/moe.
+ * (device code, CUDA or host backend) and the host runtime. Internal to kernels/moe.
  *
  * Every rank allocates one buffer with cchan_mem_alloc and maps every peer's. It holds two copies
  * ("parities") of the same layout; operation number `epoch` (a per-group counter in device memory,

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "fused_rmsnorm.h"
+#include "cchan_fused.h"
 #include "fused_rmsnorm_device.h"
 
 #ifdef __cplusplus
