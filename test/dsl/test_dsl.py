@@ -236,6 +236,52 @@ class Features(unittest.TestCase):
         with self.assertRaises(PostconditionError):
             prog2.compile()
 
+    def test_switch_allreduce(self):
+        n = 4
+        prog = Program("sw", AllReduce(n, chunks=n))
+        sw_in = prog.switch_channel(range(n), buffer="input")
+        sw_out = prog.switch_channel(range(n), buffer="output", index=1)
+        prog.barrier(0)
+        for r in range(n):
+            sw_in.reduce(prog.output(r)[r], r, 0)
+            sw_out.broadcast(r, prog.output(r)[r], 0)
+        prog.barrier(0)
+        doc = prog.compile()
+        self.assertEqual([o["op"] for o in doc["ranks"][1]["threadblocks"][0]["ops"]],
+                         ["barrier", "switch_reduce", "switch_broadcast", "barrier"])
+        # Without the closing barrier a member's run can end while others still broadcast.
+        prog2 = Program("sw", AllReduce(n, chunks=n))
+        sw_in = prog2.switch_channel(range(n), buffer="input")
+        sw_out = prog2.switch_channel(range(n), buffer="output", index=1)
+        prog2.barrier(0)
+        for r in range(n):
+            sw_in.reduce(prog2.output(r)[r], r, 0)
+            sw_out.broadcast(r, prog2.output(r)[r], 0)
+        with self.assertRaises(RaceError):
+            prog2.compile()
+
+    def test_inplace_allgather(self):
+        prog = Program("ag_inplace", AllGather(3), inplace=True)
+        for r in range(3):
+            for tb, p in enumerate([(r + k) % 3 for k in (1, 2)]):
+                ch = prog.memory_channel(r, p)
+                ch.signal(tb)
+                ch.wait(tb)
+                ch.put(prog.output(p)[r], prog.input(r)[0], tb)
+                ch.signal(tb)
+                ch.wait(tb)
+        doc = prog.compile()
+        self.assertTrue(doc["inplace"])
+        self.assertNotIn('"input"', json.dumps(doc["ranks"]))
+
+    def test_loop_plan_size_independent_of_message(self):
+        from cchan.dsl.algorithms import ring
+        a = ring.program(4, loop_unit=1 << 16).compile()
+        b = ring.program(4, loop_unit=1 << 20).compile()
+        self.assertEqual(len(json.dumps(a["ranks"])), len(json.dumps(b["ranks"])))
+        ops = a["ranks"][0]["threadblocks"][0]["ops"]
+        self.assertEqual(sum(o["op"] == "loop" for o in ops), 1)
+
     def test_show_and_dot(self):
         doc = AllGatherProgram.build(2).compile()
         ir = lower.from_plan(doc)

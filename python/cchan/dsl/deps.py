@@ -6,6 +6,10 @@ a `sync`. Walking the block's list, we keep the chunks written and read since th
 synchronization; an access that conflicts with them gets a `sync` before it. Operations that
 synchronize the block themselves (signal, wait, semaphores, barrier, sync) clear the sets, so no
 sync is inserted next to them and none twice in a row.
+
+One exception, from cchan/switch_channel.h: a switch_broadcast of exactly the range that the
+switch_reduce just before it produced needs no sync (each thread broadcasts only elements it
+reduced itself).
 """
 from .ir import SYNCING, Op
 
@@ -33,10 +37,15 @@ def accesses(op):
 def insert_syncs(ir):
     for r in ir.ranks:
         for tb, ops in r.tbs.items():
-            out, written, read = [], set(), set()
+            out, written, read, prev = [], set(), set(), None
             for op in ops:
                 reads, writes = accesses(op)
-                if (reads & written) or (writes & (written | read)):
+                conflict_writes = written
+                if (prev is not None and op.name == "switch_broadcast"
+                        and prev.name == "switch_reduce" and prev.dst[0] == op.src[0]):
+                    conflict_writes = written - accesses(prev)[1]
+                prev = op
+                if (reads & conflict_writes) or (writes & (written | read)):
                     out.append(Op("sync", loop=op.loop, path=op.path, line=op.line))
                     written, read = set(), set()
                 out.append(op)
