@@ -27,7 +27,7 @@ OP_NAMES = ("put", "put_signal", "put_signal_flush", "get", "signal", "wait", "f
 
 @dataclass
 class Ref:
-    """Chunks chunk, chunk+stride, ... (count of them) of a buffer; ch: the peer's, via channel ch."""
+    """`count` chunks from `chunk`, `stride` apart; with `ch`: the peer's, via channel `ch`."""
     buf: str
     chunk: int
     count: int = 1

@@ -1,8 +1,8 @@
 """Ring ReduceScatter with compute/communication overlap, and the two-phase ring AllReduce (2PR).
 
-ReduceScatter: N ranks in a ring; the input is N chunks, each cut into two halves. In step s
-(0 .. N-2) rank r sends chunk c(r, s) = (r - s - 1) mod N to rank r+1: in step 0 its own input, later
-its input plus what rank r-1 sent in step s-1. After N-1 steps chunk r, fully reduced, is at rank r.
+ReduceScatter: N ranks in a ring, the input N chunks of two halves each. In step s (0 .. N-2)
+rank r sends chunk (r - s - 1) mod N to rank r+1: in step 0 its own input, later its input plus
+what rank r-1 sent in step s-1. After N-1 steps chunk r, fully reduced, is at rank r.
 The halves overlap computation with communication: as soon as the first half of the previous step
 has arrived, rank r adds it and sends it on, while the second half is still in flight; then the
 second half is added while the first travels. Every step receives into its own scratch slots, so
