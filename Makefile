@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all build configure test run install deps format clean
+.PHONY: all build configure test run install deps format clean plans
 
 all: build
 
@@ -35,6 +35,11 @@ install: build
 # Formats the files changed since the last commit (clang-format, .clang-format).
 format:
 	@git diff --name-only --diff-filter=d HEAD -- '*.c' '*.h' '*.cu' '*.cpp' | xargs -r clang-format -i
+
+# Regenerates the shipped execution plans (plans/) from python/cchan/dsl/algorithms; the dsl
+# tests fail while plans/ is stale.
+plans:
+	@PYTHONPATH=python /usr/bin/python3 -m cchan.dsl plans -o plans
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
