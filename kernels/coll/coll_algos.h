@@ -267,6 +267,7 @@ CCHAN_DEVICE_INLINE int coll_peer(const coll_args_t *a, int j) { /* j-th peer, j
 }
 /* Index of `peer` among this rank's peers in the semaphore table (ranks in order, self skipped). */
 CCHAN_DEVICE_INLINE const cchan_semaphore_t *coll_block_sems(const coll_args_t *a, uint32_t block) {
+    if (a->nranks == 1) return a->sems; /* no peers: no table (NULL), and NULL + 0 is undefined */
     return a->sems + (uint64_t)block * (uint32_t)(a->nranks - 1);
 }
 
