@@ -90,7 +90,7 @@ static int root_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     if (rc) return rc;
     uint64_t until = cchani_boot_deadline(bs);
     while (!rc && bs->joined + bs->version_rejects < bs->nranks - 1) {
-        rc = cchani_boot_progress(bs, -1, until);
+        rc = cchani_boot_progress(bs, -1, 0, until);
         if (rc == CCHAN_ERR_TIMEOUT) rc = root_init_timeout(bs);
     }
     bs->init_done = 1;
@@ -113,9 +113,11 @@ static int parse_table(cchan_bootstrap_t *bs, const cchani_boot_msg_t *m) {
  * reaches it, introduce ourselves, and wait to be admitted with the peer table. */
 static int rank_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     char where[CCHANI_BOOT_ADDR_STR_BYTES];
-    int fd;
-    int rc = cchani_sock_connect(root, cchani_boot_deadline(bs), 1, "the root (rank 0)", &fd);
+    cchani_boot_auth_t auth;
+    int rc = cchani_boot_connect_auth(bs, root, 0, 1, "the root (rank 0)", cchani_boot_deadline(bs),
+                                      &auth);
     if (rc) return rc;
+    int fd = auth.fd;
     cchani_boot_conn_t *c = malloc(sizeof *c);
     if (!c) {
         close(fd);
@@ -127,13 +129,15 @@ static int rank_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     cchani_boot_addr_t local;
     rc = cchani_sock_local_addr(fd, &local);
     if (!rc) rc = cchani_sock_listen(&local, &bs->listen_fd, &bs->peers[bs->rank].rec.listen);
-    if (!rc) rc = cchani_boot_send_hello(bs, 0, fd, cchani_boot_deadline(bs));
+    if (!rc) rc = cchani_boot_send_hello(bs, 0, &auth, cchani_boot_deadline(bs));
     if (rc) return rc;
     cchani_boot_msg_t *table;
     char what[96];
     snprintf(what, sizeof what, "admission by the root at %s", cchani_boot_addr_str(root, where));
     rc = cchani_boot_wait_msg(bs, 0, CCHANI_BOOT_TABLE, 0, root_answer_deadline(bs), what, &table);
-    if (rc == CCHAN_ERR_TIMEOUT) {
+    /* Only this rank's own timeout suggests a wrong root; a failure the root reported (a rank that
+     * never joined, say) is relayed as it is. */
+    if (rc == CCHAN_ERR_TIMEOUT && !bs->failed) {
         char why[CCHANI_BOOT_MAX_ERROR_TEXT];
         cchani_boot_error_core(rc, why, sizeof why);
         return cchani_error(rc, "bootstrap",
@@ -212,6 +216,10 @@ static int create_tcp(const cchani_boot_id_t *id, int rank, int nranks, const ch
     if (rc) return rc;
     bs->timeout_ms = timeout_ms;
     bs->timeout_ns = timeout_ms * 1000000ull;
+    bs->queue_limit = CCHANI_BOOT_MAX_QUEUED;
+    bs->pending_idle_ns =
+        (timeout_ms < CCHANI_BOOT_PENDING_IDLE_MS ? timeout_ms : CCHANI_BOOT_PENDING_IDLE_MS) *
+        1000000ull;
     bs->expect = (cchani_boot_expect_t){id->session, id->version, nranks, UINT64_MAX};
     rc = tcp_alloc(bs);
     if (!rc) {
@@ -406,7 +414,7 @@ static int root_allgather(cchan_bootstrap_t *bs, const void *send, uint8_t *recv
     while (!rc && missing > 0) {
         rc = root_collect(bs, recv, bytes, seq, &missing);
         if (rc || missing == 0) break;
-        rc = cchani_boot_progress(bs, -1, until);
+        rc = cchani_boot_progress(bs, -1, 0, until);
         if (rc == CCHAN_ERR_TIMEOUT)
             rc = cchani_error(
                 rc, "bootstrap",
