@@ -26,9 +26,10 @@ static uint64_t root_answer_deadline(const cchan_bootstrap_t *bs) {
     return cchani_now_ns() + bs->timeout_ns + bs->timeout_ns / 2;
 }
 
-/* Root: tells every rank still connected that the bootstrap failed, and why. */
-static int root_abort(cchan_bootstrap_t *bs, int status) {
-    cchani_boot_fail_with_last_error(bs, status);
+/* Root: tells every rank still connected that the bootstrap failed, and why; the ERROR's tag is
+ * one more than the rank that caused it (0: none). */
+static void root_relay(cchan_bootstrap_t *bs, int status) {
+    bs->relayed = 1;
     for (int r = 1; r < bs->nranks; r++) {
         cchani_boot_peer_t *p = &bs->peers[r];
         if (p->send_fd < 0 || p->lost) continue;
@@ -36,9 +37,14 @@ static int root_abort(cchan_bootstrap_t *bs, int status) {
         uint8_t payload[4 + CCHANI_BOOT_MAX_ERROR_TEXT];
         cchani_put_le32(payload, (uint32_t)status);
         memcpy(payload + 4, bs->failed_why, text);
-        (void)cchani_boot_write_msg(bs, r, p->send_fd, CCHANI_BOOT_ERROR, 0, payload, 4 + text,
-                                    cchani_boot_deadline(bs));
+        (void)cchani_boot_write_msg(bs, r, p->send_fd, CCHANI_BOOT_ERROR, bs->failed_rank + 1,
+                                    payload, 4 + text, cchani_boot_deadline(bs));
     }
+}
+
+static int root_abort(cchan_bootstrap_t *bs, int status) {
+    cchani_boot_fail_with_last_error(bs, status);
+    root_relay(bs, bs->failed);
     return cchani_boot_failed_error(bs);
 }
 
@@ -188,6 +194,8 @@ static int bootstrap_alloc(int rank, int nranks, cchan_bootstrap_t **out) {
     bs->rank = rank;
     bs->nranks = nranks;
     bs->listen_fd = -1;
+    bs->failed_rank = -1;
+    pthread_mutex_init(&bs->lock, NULL);
     *out = bs;
     return 0;
 }
@@ -379,9 +387,11 @@ static int root_collect(cchan_bootstrap_t *bs, uint8_t *recv, size_t bytes, uint
         if (bs->arrived[r]) continue;
         cchani_boot_peer_t *p = &bs->peers[r];
         cchani_boot_msg_t *m = cchani_boot_queue_take(p, CCHANI_BOOT_COLL, (int32_t)seq);
-        if (!m && p->lost)
+        if (!m && p->lost) {
+            if (!bs->failed) bs->failed_rank = r;
             return cchani_error(p->lost, "bootstrap", "rank %d failed during allgather #%u: %s", r,
                                 seq, p->lost_why ? p->lost_why : "");
+        }
         if (!m) continue;
         int wrong = m->len != bytes;
         if (!wrong && bytes) memcpy(recv + (size_t)r * bytes, m->data, bytes);
@@ -477,7 +487,10 @@ static int allgather(cchan_bootstrap_t *bs, const void *send, void *recv, size_t
 
 int cchan_bootstrap_allgather(cchan_bootstrap_t *bs, const void *send, void *recv, size_t bytes) {
     CCHANI_CHECK_ARG(bs && (bytes == 0 || (send && recv)), "cchan_bootstrap_allgather");
-    return allgather(bs, send, recv, bytes, "cchan_bootstrap_allgather");
+    pthread_mutex_lock(&bs->lock);
+    int rc = allgather(bs, send, recv, bytes, "cchan_bootstrap_allgather");
+    pthread_mutex_unlock(&bs->lock);
+    return rc;
 }
 
 int cchan_bootstrap_barrier(cchan_bootstrap_t *bs) {
@@ -489,7 +502,9 @@ int cchan_bootstrap_barrier(cchan_bootstrap_t *bs) {
         all = malloc((size_t)bs->nranks);
         if (!all) return cchani_error(-ENOMEM, "cchan_bootstrap_barrier", "no memory");
     }
+    pthread_mutex_lock(&bs->lock);
     int rc = allgather(bs, &token, all, bs->custom_fn ? 1 : 0, "cchan_bootstrap_barrier");
+    pthread_mutex_unlock(&bs->lock);
     free(all);
     return rc;
 }
@@ -528,7 +543,8 @@ static int send_to_self(cchan_bootstrap_t *bs, int tag, const void *buf, size_t 
     return 0;
 }
 
-int cchan_bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf, size_t bytes) {
+static int bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf,
+                          size_t bytes) {
     static const char *where = "cchan_bootstrap_send";
     int rc = check_p2p(bs, peer, buf, bytes, where);
     if (rc) return rc;
@@ -543,7 +559,15 @@ int cchan_bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *b
     return 0;
 }
 
-int cchan_bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, size_t bytes) {
+int cchan_bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf, size_t bytes) {
+    CCHANI_CHECK_ARG(bs, "cchan_bootstrap_send");
+    pthread_mutex_lock(&bs->lock);
+    int rc = bootstrap_send(bs, peer, tag, buf, bytes);
+    pthread_mutex_unlock(&bs->lock);
+    return rc;
+}
+
+static int bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, size_t bytes) {
     static const char *where = "cchan_bootstrap_recv";
     int rc = check_p2p(bs, peer, buf, bytes, where);
     if (rc) return rc;
@@ -563,6 +587,56 @@ int cchan_bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, si
     return 0;
 }
 
+int cchan_bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, size_t bytes) {
+    CCHANI_CHECK_ARG(bs, "cchan_bootstrap_recv");
+    pthread_mutex_lock(&bs->lock);
+    int rc = bootstrap_recv(bs, peer, tag, buf, bytes);
+    pthread_mutex_unlock(&bs->lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- watching */
+
+/* A peer whose connection ended becomes the bootstrap's failure. */
+static void fail_on_lost_peer(cchan_bootstrap_t *bs) {
+    for (int r = 0; r < bs->nranks && !bs->failed; r++) {
+        cchani_boot_peer_t *p = &bs->peers[r];
+        if (!p->lost || p->departed || r == bs->rank) continue;
+        bs->failed_rank = r;
+        (void)cchani_error(CCHAN_ERR_PEER_DEAD, "bootstrap", "rank %d died: %s", r,
+                           p->lost_why ? p->lost_why : "its connection ended");
+        cchani_boot_fail_with_last_error(bs, CCHAN_ERR_PEER_DEAD);
+    }
+}
+
+static void send_abort(cchan_bootstrap_t *bs, int status, const char *why) {
+    (void)cchani_error(status, "bootstrap", "rank %d aborted the communicator: %s", bs->rank, why);
+    bs->failed_rank = bs->rank;
+    cchani_boot_fail_with_last_error(bs, status);
+    if (bs->rank == 0 || bs->peers[0].send_fd < 0) return; /* the root relays below */
+    size_t text = strnlen(bs->failed_why, CCHANI_BOOT_MAX_ERROR_TEXT);
+    uint8_t payload[4 + CCHANI_BOOT_MAX_ERROR_TEXT];
+    cchani_put_le32(payload, (uint32_t)status);
+    memcpy(payload + 4, bs->failed_why, text);
+    (void)cchani_boot_write_msg(bs, 0, bs->peers[0].send_fd, CCHANI_BOOT_ERROR, bs->rank + 1,
+                                payload, 4 + text, cchani_now_ns() + 1000000000ull);
+}
+
+int cchani_boot_watch(cchan_bootstrap_t *bs, int abort_status, const char *abort_why, int *rank,
+                      char *why, size_t why_bytes) {
+    if (bs->custom_fn) return 0;
+    if (pthread_mutex_trylock(&bs->lock) != 0) return -EAGAIN;
+    if (!bs->failed) (void)cchani_boot_progress(bs, -1, 0, cchani_now_ns());
+    if (!bs->failed) fail_on_lost_peer(bs);
+    if (!bs->failed && abort_status) send_abort(bs, abort_status, abort_why);
+    if (bs->failed && bs->rank == 0 && !bs->relayed) root_relay(bs, bs->failed);
+    int status = bs->failed;
+    *rank = bs->failed_rank;
+    snprintf(why, why_bytes, "%s", bs->failed_why);
+    pthread_mutex_unlock(&bs->lock);
+    return status;
+}
+
 /* ---------------------------------------------------------------- public: destroy */
 
 static void free_queue(cchani_boot_peer_t *p) {
@@ -573,8 +647,23 @@ static void free_queue(cchani_boot_peer_t *p) {
     }
 }
 
+/* Best effort and never blocking: the peers still running then know this rank left on purpose. */
+static void say_bye(cchan_bootstrap_t *bs) {
+    if (bs->custom_fn || !bs->peers || bs->failed) return;
+    uint8_t hdr[CCHANI_BOOT_HDR_BYTES];
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_BYE, 0,
+                           bs->rank,          bs->expect.session, 0};
+    cchani_boot_hdr_encode(&h, hdr);
+    for (int r = 0; r < bs->nranks; r++) {
+        if (r == bs->rank || bs->peers[r].send_fd < 0) continue;
+        struct iovec iov = {hdr, sizeof hdr};
+        (void)cchani_sock_writev(bs->peers[r].send_fd, &iov, 1);
+    }
+}
+
 int cchan_bootstrap_destroy(cchan_bootstrap_t *bs) {
     if (!bs) return 0;
+    say_bye(bs);
     for (int r = 0; bs->peers && r < bs->nranks; r++) {
         cchani_boot_peer_t *p = &bs->peers[r];
         /* Pairs with the root send on the inbound connection, closed below with the others. */
@@ -593,6 +682,7 @@ int cchan_bootstrap_destroy(cchan_bootstrap_t *bs) {
     free(bs->polled);
     free(bs->pollfds);
     free(bs->arrived);
+    pthread_mutex_destroy(&bs->lock);
     free(bs);
     return 0;
 }

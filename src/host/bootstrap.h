@@ -9,6 +9,7 @@
 #define CCHAN_SRC_HOST_BOOTSTRAP_H
 
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "bootstrap_wire.h"
@@ -87,6 +88,7 @@ typedef struct cchani_boot_peer {
     cchani_boot_msg_t *head, *tail; /* arrived, not yet consumed */
     uint64_t queued;                /* payload bytes in that queue */
     int lost;                       /* status once `in` failed; queued messages stay consumable */
+    int departed;                   /* it said BYE: its connections ending is no death */
     char *lost_why;
 } cchani_boot_peer_t;
 
@@ -114,7 +116,11 @@ struct cchan_bootstrap {
     uint64_t queue_limit;    /* CCHANI_BOOT_MAX_QUEUED (tests lower it) */
     uint64_t pending_idle_ns;
     int failed; /* sticky: this bootstrap is broken, every later call fails with it */
+    int failed_rank; /* the rank that died or aborted and so caused `failed`, -1 if none/unknown */
+    int relayed;     /* root: `failed` was sent to every rank */
     char failed_why[CCHANI_BOOT_MAX_ERROR_TEXT];
+    /* Serializes the public calls with cchani_boot_watch() on a communicator's watcher thread. */
+    pthread_mutex_t lock;
     /* Root during init: who joined, the first fatal problem seen (version or size mismatch,
      * duplicate rank), and the connections turned away, so that a timeout names the likely cause.
      */
@@ -184,5 +190,14 @@ CCHANI_HIDDEN void cchani_boot_error_core(int status, char *out, size_t n);
 CCHANI_HIDDEN void cchani_boot_fail_with_last_error(cchan_bootstrap_t *bs, int status);
 /* Records the lasting failure as the last error and returns its status. */
 CCHANI_HIDDEN int cchani_boot_failed_error(const cchan_bootstrap_t *bs);
+
+/* For a communicator's watcher thread, while no other thread is inside the bootstrap (else -EAGAIN
+ * at once): serves pending input, turns a peer that died into the bootstrap's failure (the root
+ * tells every rank, naming it), and, when abort_status is nonzero, fails the bootstrap with it and
+ * tells the other ranks (through the root). Returns the bootstrap's failure status (0: none) with
+ * the rank that caused it (-1: unknown) and the reason. A bootstrap on an application's allgather
+ * returns 0: it has nothing to watch. */
+CCHANI_HIDDEN int cchani_boot_watch(cchan_bootstrap_t *bs, int abort_status, const char *abort_why,
+                                    int *rank, char *why, size_t why_bytes);
 
 #endif /* CCHAN_SRC_HOST_BOOTSTRAP_H */

@@ -289,6 +289,7 @@ static int handle_error(cchan_bootstrap_t *bs, const cchani_boot_msg_t *m) {
     cchani_boot_sanitize(text, sizeof text, m->data + 4, (size_t)(m->len - 4));
     char why[CCHANI_BOOT_MAX_RELAYED_TEXT + 64];
     snprintf(why, sizeof why, "rank %d reports: %s", m->src, text);
+    if (!bs->failed) bs->failed_rank = m->tag > 0 && m->tag <= bs->nranks ? m->tag - 1 : -1;
     set_failed(bs, status, why);
     return 0;
 }
@@ -315,6 +316,8 @@ static int deliver(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, cchani_boot_msg
         rc = handle_hello(bs, c, m);
     else if (m->type == CCHANI_BOOT_ERROR)
         rc = handle_error(bs, m);
+    else if (m->type == CCHANI_BOOT_BYE)
+        bs->peers[c->peer].departed = 1;
     else
         return queue_message(bs, &bs->peers[c->peer], m);
     free(m);

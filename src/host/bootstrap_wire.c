@@ -59,6 +59,7 @@ static const char *type_name(uint16_t type) {
     case CCHANI_BOOT_COLL: return "COLL";
     case CCHANI_BOOT_ERROR: return "ERROR";
     case CCHANI_BOOT_AUTH: return "AUTH";
+    case CCHANI_BOOT_BYE: return "BYE";
     default: return NULL;
     }
 }

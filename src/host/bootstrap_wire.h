@@ -64,7 +64,8 @@ enum cchani_boot_type {
     CCHANI_BOOT_P2P = 3,   /* cchan_bootstrap_send payload */
     CCHANI_BOOT_COLL = 4,  /* allgather contribution (to root) or result (from root) */
     CCHANI_BOOT_ERROR = 5, /* the sender failed; payload: status (4 bytes) + reason text */
-    CCHANI_BOOT_AUTH = 6   /* challenge-response at connection start (see above) */
+    CCHANI_BOOT_AUTH = 6,  /* challenge-response at connection start (see above) */
+    CCHANI_BOOT_BYE = 7    /* the sender is destroying its bootstrap: its connections end cleanly */
 };
 
 typedef struct cchani_boot_hdr {
