@@ -239,13 +239,11 @@ static void *watch(void *arg) {
         int status = cchani_boot_watch(comm->bs, want ? CCHAN_ERR_ABORTED : 0,
                                        "cchan_comm_abort() was called", &rank, why, sizeof why);
         /* A rank that died is named; any other lasting bootstrap failure aborts too. */
-        if (status < 0 && status != -EAGAIN)
-            set_async_error(comm,
-                            (status == CCHAN_ERR_PEER_DEAD || status == CCHAN_ERR_PEER) && rank >= 0 &&
-                                    rank != comm->rank
-                                ? CCHAN_ERR_PEER_DEAD
-                                                                       : CCHAN_ERR_ABORTED,
-                            rank, why);
+        if (status < 0 && status != -EAGAIN) {
+            int died = (status == CCHAN_ERR_PEER_DEAD || status == CCHAN_ERR_PEER) && rank >= 0 &&
+                       rank != comm->rank;
+            set_async_error(comm, died ? CCHAN_ERR_PEER_DEAD : CCHAN_ERR_ABORTED, rank, why);
+        }
         struct timespec ts = {0, (long)WATCH_PERIOD_NS};
         nanosleep(&ts, NULL);
     }
