@@ -73,6 +73,20 @@ static void silent_rank(void) {
     expect_failure(allgather_8(), CCHAN_ERR_TIMEOUT, CCHAN_ERR_TIMEOUT, words, NULL);
 }
 
+/* The last rank never starts: the root reports it, and the others relay the root's words without
+ * suggesting that the root itself never answered. */
+static void missing_rank(void) {
+    if (rank == size - 1) {
+        usleep(5000 * 1000);
+        exit(0);
+    }
+    int rc = cchan_bootstrap_create_from_env(&bs);
+    char words[64];
+    snprintf(words, sizeof words, "first missing: rank %d", size - 1);
+    BOOT_CHECK(!strstr(cchan_last_error(), "never answered"));
+    expect_failure(rc, CCHAN_ERR_TIMEOUT, CCHAN_ERR_TIMEOUT, words, rank ? "rank 0 reports" : NULL);
+}
+
 /* The last rank uses another job's session: it is turned away, the others time out saying why. */
 static void wrong_session(void) {
     if (rank == size - 1) {
@@ -297,6 +311,8 @@ int main(int argc, char **argv) {
         early_exit(size - 1);
     else if (!strcmp(s, "root-exit"))
         early_exit(0);
+    else if (!strcmp(s, "missing-rank"))
+        missing_rank();
     else if (!strcmp(s, "silent-rank"))
         silent_rank();
     else if (!strcmp(s, "wrong-session"))
