@@ -156,9 +156,27 @@ CCHAN_API cchan_bootstrap_t *cchan_comm_bootstrap(cchan_comm_t *comm);
 /* Wait controls for device handles: the comm's diagnostic record and deadline. */
 CCHAN_API cchan_wait_ctl_t cchan_comm_wait_ctl(const cchan_comm_t *comm, int peer, uint32_t id);
 CCHAN_API int cchan_comm_set_timeout_ms(cchan_comm_t *comm, uint64_t timeout_ms);
-/* 0 if no device-side wait has expired; otherwise CCHAN_ERR_DEVICE_TIMEOUT with cchan_last_error()
- * naming the wait (kind, rank, peer, channel id, expected and observed values, time waited). */
+/* 0 if no device-side wait has expired or been aborted; otherwise CCHAN_ERR_DEVICE_TIMEOUT,
+ * CCHAN_ERR_PEER_DEAD or CCHAN_ERR_ABORTED with cchan_last_error() naming the wait (kind, rank,
+ * peer, channel id, expected and observed values, time waited) and, for an abort, its cause. */
 CCHAN_API int cchan_comm_check_device(cchan_comm_t *comm);
+
+/* Communicator-wide abort. Every communicator has a watcher thread that serves its bootstrap while
+ * no call does; when a rank dies (its connections end without a clean destroy) or any rank calls
+ * cchan_comm_abort(), every rank learns it within about a second, and then every device-side and
+ * host-side wait of the communicator (semaphore, channel, LL packet, FIFO, flush, barrier waits,
+ * bootstrap calls) ends, with or without a deadline: kernels trap on a GPU, return
+ * CCHAN_ERR_PEER_DEAD / CCHAN_ERR_ABORTED on the host backend, and cchan_comm_check_device() names
+ * the wait and the cause ("peer 2 died").
+ *
+ * cchan_comm_abort: aborts this communicator on every rank. Any thread, any time, also while other
+ * threads wait; returns at once (0, or -EINVAL). The communicator is unusable afterwards except for
+ * the queries and cchan_comm_destroy().
+ * cchan_comm_get_async_error: like ncclCommGetAsyncError. Any thread. Returns 0 with *status = 0
+ * while the communicator is healthy, else *status = CCHAN_ERR_PEER_DEAD or CCHAN_ERR_ABORTED and
+ * cchan_last_error() saying which rank and why (the text as seen by this rank). */
+CCHAN_API int cchan_comm_abort(cchan_comm_t *comm);
+CCHAN_API int cchan_comm_get_async_error(cchan_comm_t *comm, int *status);
 
 /* ------------------------------------------------------------------ memory */
 

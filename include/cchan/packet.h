@@ -67,7 +67,14 @@ CCHAN_DEVICE_INLINE int cchan_ll8_read_one(const cchan_vec8_t *pkt, uint32_t fla
     if (CCHAN_UNLIKELY(p.w[1] != flag)) {
 #if !defined(CCHAN_BACKEND_HOST)
         if (ctl->timeout_ns == 0) { /* no deadline: the bare poll, as in cchan_wait_geq_u64 */
+            uint32_t it = 0;
             do {
+                if (CCHAN_UNLIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) == 0) &&
+                    cchan_wait_aborted(ctl) != 0) {
+                    cchan_deadline_t dl;
+                    cchan_deadline_init(&dl);
+                    return cchan_wait_expired(&dl, ctl, CCHAN_WAIT_PACKET, flag, p.w[1]);
+                }
                 p = cchan_load_volatile_v8(pkt);
             } while (p.w[1] != flag);
             *data = p.w[0];
@@ -101,7 +108,15 @@ CCHAN_DEVICE_INLINE int cchan_ll16_read_one(const cchan_vec16_t *pkt, uint32_t f
     if (CCHAN_UNLIKELY(p.w[1] != flag || p.w[3] != flag)) {
 #if !defined(CCHAN_BACKEND_HOST)
         if (ctl->timeout_ns == 0) {
+            uint32_t it = 0;
             do {
+                if (CCHAN_UNLIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) == 0) &&
+                    cchan_wait_aborted(ctl) != 0) {
+                    cchan_deadline_t dl;
+                    cchan_deadline_init(&dl);
+                    return cchan_wait_expired(&dl, ctl, CCHAN_WAIT_PACKET, flag,
+                                              p.w[1] != flag ? p.w[1] : p.w[3]);
+                }
                 p = cchan_load_volatile_v16(pkt);
             } while (p.w[1] != flag || p.w[3] != flag);
             *data = (uint64_t)p.w[0] | ((uint64_t)p.w[2] << 32);

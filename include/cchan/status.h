@@ -23,7 +23,9 @@ enum cchan_error {
     CCHAN_ERR_IN_PROGRESS = -265,    /* the operation has not completed yet (non-blocking calls) */
     CCHAN_ERR_NO_RESOURCE = -266,    /* a bounded resource is exhausted (queue full, too many ...) */
     CCHAN_ERR_RANGE = -267,          /* a size or offset is out of bounds or not representable */
-    CCHAN_ERR_SYSTEM = -268          /* a system library failed in a way errno does not describe */
+    CCHAN_ERR_SYSTEM = -268,         /* a system library failed in a way errno does not describe */
+    CCHAN_ERR_PEER_DEAD = -269,      /* the communicator was aborted because a peer rank died */
+    CCHAN_ERR_ABORTED = -270         /* the communicator was aborted (cchan_comm_abort, any rank) */
 };
 
 #endif /* CCHAN_STATUS_H */

@@ -9,6 +9,12 @@
  *   - host backend: the waiting function returns CCHAN_ERR_DEVICE_TIMEOUT.
  * The fast path (condition already true) reads no clock. While spinning, the clock is read once every
  * CCHAN_WAIT_CLOCK_STRIDE iterations, so the cost is one compare per spin.
+ *
+ * Abort. Every wait also ends, deadline or not, when the host aborts the communicator (a peer died,
+ * or cchan_comm_abort() on any rank): the host writes a nonzero status into the record's `abort`
+ * word, which the slow path reads once every CCHAN_WAIT_CLOCK_STRIDE spins (never on the fast path).
+ * The waiting thread then records what it waited for with `aborted` set, and traps (GPU) or returns
+ * CCHAN_ERR_PEER_DEAD / CCHAN_ERR_ABORTED (host backend).
  */
 #ifndef CCHAN_WAIT_H
 #define CCHAN_WAIT_H
@@ -47,8 +53,13 @@ typedef struct cchan_diag {
     uint64_t expected; /* value awaited */
     uint64_t observed; /* last value seen */
     uint64_t waited_ns;
+    /* Written by the host, read by waiting threads: a nonzero cchan status aborts every wait. */
+    int32_t abort;
+    int32_t abort_rank; /* the rank that died or aborted, -1 when unknown */
+    uint32_t aborted;   /* written with the record: 1 when the wait ended by abort, not deadline */
+    uint32_t reserved;
 } cchan_diag_t;
-CCHAN_STATIC_ASSERT(sizeof(cchan_diag_t) == 48, "cchan_diag_t layout");
+CCHAN_STATIC_ASSERT(sizeof(cchan_diag_t) == 64, "cchan_diag_t layout");
 
 /* Carried by value in every device handle that can wait. */
 typedef struct cchan_wait_ctl {
@@ -70,11 +81,20 @@ CCHAN_DEVICE_INLINE void cchan_deadline_init(cchan_deadline_t *d) {
     d->iter = 0;
 }
 
-/* Call once per spin. Returns nonzero when the deadline has expired. */
+/* Nonzero (the abort status) once the host has aborted the communicator. */
+CCHAN_DEVICE_INLINE int cchan_wait_aborted(const cchan_wait_ctl_t *ctl) {
+    return ctl->diag != NULL ? (int)cchan_load_relaxed_sys_u32((const uint32_t *)&ctl->diag->abort)
+                             : 0;
+}
+
+/* Call once per spin. Returns nonzero when the deadline has expired or the communicator was
+ * aborted (cchan_wait_expired() tells which). */
 CCHAN_DEVICE_INLINE int cchan_deadline_spin(cchan_deadline_t *d, const cchan_wait_ctl_t *ctl) {
     uint32_t it = ++d->iter;
     cchan_spin_pause(it);
-    if (CCHAN_LIKELY(ctl->timeout_ns == 0) || (it % CCHAN_WAIT_CLOCK_STRIDE) != 0) return 0;
+    if (CCHAN_LIKELY((it % CCHAN_WAIT_CLOCK_STRIDE) != 0)) return 0;
+    if (CCHAN_UNLIKELY(cchan_wait_aborted(ctl) != 0)) return 1;
+    if (ctl->timeout_ns == 0) return 0;
     uint64_t now = cchan_clock_ns();
     if (d->start_ns == 0) {
         d->start_ns = now;
@@ -88,6 +108,7 @@ CCHAN_DEVICE_INLINE int cchan_deadline_spin(cchan_deadline_t *d, const cchan_wai
 CCHAN_DEVICE_INLINE int cchan_device_fail(const cchan_wait_ctl_t *ctl, uint32_t kind,
                                           uint64_t expected, uint64_t observed, uint64_t waited_ns,
                                           int status) {
+    int aborted = status == CCHAN_ERR_PEER_DEAD || status == CCHAN_ERR_ABORTED;
     cchan_diag_t *g = ctl->diag;
     /* Threads that time out together (a whole block, or every thread of a host-backend group) race
      * here: only the one that claims the record writes it, so it is never a mix of two failures.
@@ -103,16 +124,22 @@ CCHAN_DEVICE_INLINE int cchan_device_fail(const cchan_wait_ctl_t *ctl, uint32_t 
         g->expected = expected;
         g->observed = observed;
         g->waited_ns = waited_ns;
+        g->aborted = (uint32_t)aborted;
         cchan_store_release_sys_u32(&g->state, CCHAN_DIAG_COMPLETE);
     }
     cchan_trap();
     return status;
 }
 
+/* Ends a wait whose cchan_deadline_spin() returned nonzero: by abort or by deadline. */
 CCHAN_DEVICE_INLINE int cchan_wait_expired(const cchan_deadline_t *d, const cchan_wait_ctl_t *ctl,
                                            uint32_t kind, uint64_t expected, uint64_t observed) {
-    return cchan_device_fail(ctl, kind, expected, observed, cchan_clock_ns() - d->start_ns,
-                             CCHAN_ERR_DEVICE_TIMEOUT);
+    int abort = cchan_wait_aborted(ctl);
+    uint64_t waited = d->start_ns != 0 ? cchan_clock_ns() - d->start_ns : 0;
+    return cchan_device_fail(ctl, kind, expected, observed, waited,
+                             abort == 0                     ? CCHAN_ERR_DEVICE_TIMEOUT
+                             : abort == CCHAN_ERR_PEER_DEAD ? CCHAN_ERR_PEER_DEAD
+                                                            : CCHAN_ERR_ABORTED);
 }
 
 /* Spins until *p >= target (acquire, system scope). 0 or CCHAN_ERR_DEVICE_TIMEOUT. */
@@ -122,9 +149,17 @@ CCHAN_DEVICE_INLINE int cchan_wait_geq_u64(const uint64_t *p, uint64_t target,
     if (CCHAN_LIKELY(v >= target)) return CCHAN_OK;
 #if !defined(CCHAN_BACKEND_HOST)
     /* No deadline: the bare poll, so a signal is seen one load after it lands (the deadline
-     * bookkeeping below re-reads ctl every spin, because each acquire load clobbers memory). */
+     * bookkeeping below re-reads ctl every spin, because each acquire load clobbers memory); the
+     * abort word is read once every CCHAN_WAIT_CLOCK_STRIDE spins. */
     if (ctl->timeout_ns == 0) {
-        while (cchan_load_acquire_sys_u64(p) < target) {
+        uint32_t it = 0;
+        while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+            if (CCHAN_UNLIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) == 0) &&
+                cchan_wait_aborted(ctl) != 0) {
+                cchan_deadline_t d;
+                cchan_deadline_init(&d);
+                return cchan_wait_expired(&d, ctl, kind, target, v);
+            }
         }
         return CCHAN_OK;
     }

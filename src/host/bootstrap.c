@@ -26,9 +26,10 @@ static uint64_t root_answer_deadline(const cchan_bootstrap_t *bs) {
     return cchani_now_ns() + bs->timeout_ns + bs->timeout_ns / 2;
 }
 
-/* Root: tells every rank still connected that the bootstrap failed, and why. */
-static int root_abort(cchan_bootstrap_t *bs, int status) {
-    cchani_boot_fail_with_last_error(bs, status);
+/* Root: tells every rank still connected that the bootstrap failed, and why; the ERROR's tag is
+ * one more than the rank that caused it (0: none). */
+static void root_relay(cchan_bootstrap_t *bs, int status) {
+    bs->relayed = 1;
     for (int r = 1; r < bs->nranks; r++) {
         cchani_boot_peer_t *p = &bs->peers[r];
         if (p->send_fd < 0 || p->lost) continue;
@@ -36,9 +37,14 @@ static int root_abort(cchan_bootstrap_t *bs, int status) {
         uint8_t payload[4 + CCHANI_BOOT_MAX_ERROR_TEXT];
         cchani_put_le32(payload, (uint32_t)status);
         memcpy(payload + 4, bs->failed_why, text);
-        (void)cchani_boot_write_msg(bs, r, p->send_fd, CCHANI_BOOT_ERROR, 0, payload, 4 + text,
-                                    cchani_boot_deadline(bs));
+        (void)cchani_boot_write_msg(bs, r, p->send_fd, CCHANI_BOOT_ERROR, bs->failed_rank + 1,
+                                    payload, 4 + text, cchani_boot_deadline(bs));
     }
+}
+
+static int root_abort(cchan_bootstrap_t *bs, int status) {
+    cchani_boot_fail_with_last_error(bs, status);
+    root_relay(bs, bs->failed);
     return cchani_boot_failed_error(bs);
 }
 
@@ -90,7 +96,7 @@ static int root_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     if (rc) return rc;
     uint64_t until = cchani_boot_deadline(bs);
     while (!rc && bs->joined + bs->version_rejects < bs->nranks - 1) {
-        rc = cchani_boot_progress(bs, -1, until);
+        rc = cchani_boot_progress(bs, -1, 0, until);
         if (rc == CCHAN_ERR_TIMEOUT) rc = root_init_timeout(bs);
     }
     bs->init_done = 1;
@@ -113,9 +119,11 @@ static int parse_table(cchan_bootstrap_t *bs, const cchani_boot_msg_t *m) {
  * reaches it, introduce ourselves, and wait to be admitted with the peer table. */
 static int rank_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     char where[CCHANI_BOOT_ADDR_STR_BYTES];
-    int fd;
-    int rc = cchani_sock_connect(root, cchani_boot_deadline(bs), 1, "the root (rank 0)", &fd);
+    cchani_boot_auth_t auth;
+    int rc = cchani_boot_connect_auth(bs, root, 0, 1, "the root (rank 0)", cchani_boot_deadline(bs),
+                                      &auth);
     if (rc) return rc;
+    int fd = auth.fd;
     cchani_boot_conn_t *c = malloc(sizeof *c);
     if (!c) {
         close(fd);
@@ -127,13 +135,15 @@ static int rank_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     cchani_boot_addr_t local;
     rc = cchani_sock_local_addr(fd, &local);
     if (!rc) rc = cchani_sock_listen(&local, &bs->listen_fd, &bs->peers[bs->rank].rec.listen);
-    if (!rc) rc = cchani_boot_send_hello(bs, 0, fd, cchani_boot_deadline(bs));
+    if (!rc) rc = cchani_boot_send_hello(bs, 0, &auth, cchani_boot_deadline(bs));
     if (rc) return rc;
     cchani_boot_msg_t *table;
     char what[96];
     snprintf(what, sizeof what, "admission by the root at %s", cchani_boot_addr_str(root, where));
     rc = cchani_boot_wait_msg(bs, 0, CCHANI_BOOT_TABLE, 0, root_answer_deadline(bs), what, &table);
-    if (rc == CCHAN_ERR_TIMEOUT) {
+    /* Only this rank's own timeout suggests a wrong root; a failure the root reported (a rank that
+     * never joined, say) is relayed as it is. */
+    if (rc == CCHAN_ERR_TIMEOUT && !bs->failed) {
         char why[CCHANI_BOOT_MAX_ERROR_TEXT];
         cchani_boot_error_core(rc, why, sizeof why);
         return cchani_error(rc, "bootstrap",
@@ -184,6 +194,8 @@ static int bootstrap_alloc(int rank, int nranks, cchan_bootstrap_t **out) {
     bs->rank = rank;
     bs->nranks = nranks;
     bs->listen_fd = -1;
+    bs->failed_rank = -1;
+    pthread_mutex_init(&bs->lock, NULL);
     *out = bs;
     return 0;
 }
@@ -212,6 +224,10 @@ static int create_tcp(const cchani_boot_id_t *id, int rank, int nranks, const ch
     if (rc) return rc;
     bs->timeout_ms = timeout_ms;
     bs->timeout_ns = timeout_ms * 1000000ull;
+    bs->queue_limit = CCHANI_BOOT_MAX_QUEUED;
+    bs->pending_idle_ns =
+        (timeout_ms < CCHANI_BOOT_PENDING_IDLE_MS ? timeout_ms : CCHANI_BOOT_PENDING_IDLE_MS) *
+        1000000ull;
     bs->expect = (cchani_boot_expect_t){id->session, id->version, nranks, UINT64_MAX};
     rc = tcp_alloc(bs);
     if (!rc) {
@@ -371,9 +387,11 @@ static int root_collect(cchan_bootstrap_t *bs, uint8_t *recv, size_t bytes, uint
         if (bs->arrived[r]) continue;
         cchani_boot_peer_t *p = &bs->peers[r];
         cchani_boot_msg_t *m = cchani_boot_queue_take(p, CCHANI_BOOT_COLL, (int32_t)seq);
-        if (!m && p->lost)
+        if (!m && p->lost) {
+            if (!bs->failed) bs->failed_rank = r;
             return cchani_error(p->lost, "bootstrap", "rank %d failed during allgather #%u: %s", r,
                                 seq, p->lost_why ? p->lost_why : "");
+        }
         if (!m) continue;
         int wrong = m->len != bytes;
         if (!wrong && bytes) memcpy(recv + (size_t)r * bytes, m->data, bytes);
@@ -406,7 +424,7 @@ static int root_allgather(cchan_bootstrap_t *bs, const void *send, uint8_t *recv
     while (!rc && missing > 0) {
         rc = root_collect(bs, recv, bytes, seq, &missing);
         if (rc || missing == 0) break;
-        rc = cchani_boot_progress(bs, -1, until);
+        rc = cchani_boot_progress(bs, -1, 0, until);
         if (rc == CCHAN_ERR_TIMEOUT)
             rc = cchani_error(
                 rc, "bootstrap",
@@ -469,7 +487,10 @@ static int allgather(cchan_bootstrap_t *bs, const void *send, void *recv, size_t
 
 int cchan_bootstrap_allgather(cchan_bootstrap_t *bs, const void *send, void *recv, size_t bytes) {
     CCHANI_CHECK_ARG(bs && (bytes == 0 || (send && recv)), "cchan_bootstrap_allgather");
-    return allgather(bs, send, recv, bytes, "cchan_bootstrap_allgather");
+    pthread_mutex_lock(&bs->lock);
+    int rc = allgather(bs, send, recv, bytes, "cchan_bootstrap_allgather");
+    pthread_mutex_unlock(&bs->lock);
+    return rc;
 }
 
 int cchan_bootstrap_barrier(cchan_bootstrap_t *bs) {
@@ -481,7 +502,9 @@ int cchan_bootstrap_barrier(cchan_bootstrap_t *bs) {
         all = malloc((size_t)bs->nranks);
         if (!all) return cchani_error(-ENOMEM, "cchan_bootstrap_barrier", "no memory");
     }
+    pthread_mutex_lock(&bs->lock);
     int rc = allgather(bs, &token, all, bs->custom_fn ? 1 : 0, "cchan_bootstrap_barrier");
+    pthread_mutex_unlock(&bs->lock);
     free(all);
     return rc;
 }
@@ -520,7 +543,8 @@ static int send_to_self(cchan_bootstrap_t *bs, int tag, const void *buf, size_t 
     return 0;
 }
 
-int cchan_bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf, size_t bytes) {
+static int bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf,
+                          size_t bytes) {
     static const char *where = "cchan_bootstrap_send";
     int rc = check_p2p(bs, peer, buf, bytes, where);
     if (rc) return rc;
@@ -535,7 +559,15 @@ int cchan_bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *b
     return 0;
 }
 
-int cchan_bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, size_t bytes) {
+int cchan_bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf, size_t bytes) {
+    CCHANI_CHECK_ARG(bs, "cchan_bootstrap_send");
+    pthread_mutex_lock(&bs->lock);
+    int rc = bootstrap_send(bs, peer, tag, buf, bytes);
+    pthread_mutex_unlock(&bs->lock);
+    return rc;
+}
+
+static int bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, size_t bytes) {
     static const char *where = "cchan_bootstrap_recv";
     int rc = check_p2p(bs, peer, buf, bytes, where);
     if (rc) return rc;
@@ -555,6 +587,56 @@ int cchan_bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, si
     return 0;
 }
 
+int cchan_bootstrap_recv(cchan_bootstrap_t *bs, int peer, int tag, void *buf, size_t bytes) {
+    CCHANI_CHECK_ARG(bs, "cchan_bootstrap_recv");
+    pthread_mutex_lock(&bs->lock);
+    int rc = bootstrap_recv(bs, peer, tag, buf, bytes);
+    pthread_mutex_unlock(&bs->lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- watching */
+
+/* A peer whose connection ended becomes the bootstrap's failure. */
+static void fail_on_lost_peer(cchan_bootstrap_t *bs) {
+    for (int r = 0; r < bs->nranks && !bs->failed; r++) {
+        cchani_boot_peer_t *p = &bs->peers[r];
+        if (!p->lost || p->departed || r == bs->rank) continue;
+        bs->failed_rank = r;
+        (void)cchani_error(CCHAN_ERR_PEER_DEAD, "bootstrap", "rank %d died: %s", r,
+                           p->lost_why ? p->lost_why : "its connection ended");
+        cchani_boot_fail_with_last_error(bs, CCHAN_ERR_PEER_DEAD);
+    }
+}
+
+static void send_abort(cchan_bootstrap_t *bs, int status, const char *why) {
+    (void)cchani_error(status, "bootstrap", "rank %d aborted the communicator: %s", bs->rank, why);
+    bs->failed_rank = bs->rank;
+    cchani_boot_fail_with_last_error(bs, status);
+    if (bs->rank == 0 || bs->peers[0].send_fd < 0) return; /* the root relays below */
+    size_t text = strnlen(bs->failed_why, CCHANI_BOOT_MAX_ERROR_TEXT);
+    uint8_t payload[4 + CCHANI_BOOT_MAX_ERROR_TEXT];
+    cchani_put_le32(payload, (uint32_t)status);
+    memcpy(payload + 4, bs->failed_why, text);
+    (void)cchani_boot_write_msg(bs, 0, bs->peers[0].send_fd, CCHANI_BOOT_ERROR, bs->rank + 1,
+                                payload, 4 + text, cchani_now_ns() + 1000000000ull);
+}
+
+int cchani_boot_watch(cchan_bootstrap_t *bs, int abort_status, const char *abort_why, int *rank,
+                      char *why, size_t why_bytes) {
+    if (bs->custom_fn) return 0;
+    if (pthread_mutex_trylock(&bs->lock) != 0) return -EAGAIN;
+    if (!bs->failed) (void)cchani_boot_progress(bs, -1, 0, cchani_now_ns());
+    if (!bs->failed) fail_on_lost_peer(bs);
+    if (!bs->failed && abort_status) send_abort(bs, abort_status, abort_why);
+    if (bs->failed && bs->rank == 0 && !bs->relayed) root_relay(bs, bs->failed);
+    int status = bs->failed;
+    *rank = bs->failed_rank;
+    snprintf(why, why_bytes, "%s", bs->failed_why);
+    pthread_mutex_unlock(&bs->lock);
+    return status;
+}
+
 /* ---------------------------------------------------------------- public: destroy */
 
 static void free_queue(cchani_boot_peer_t *p) {
@@ -565,8 +647,23 @@ static void free_queue(cchani_boot_peer_t *p) {
     }
 }
 
+/* Best effort and never blocking: the peers still running then know this rank left on purpose. */
+static void say_bye(cchan_bootstrap_t *bs) {
+    if (bs->custom_fn || !bs->peers || bs->failed) return;
+    uint8_t hdr[CCHANI_BOOT_HDR_BYTES];
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_BYE, 0,
+                           bs->rank,          bs->expect.session, 0};
+    cchani_boot_hdr_encode(&h, hdr);
+    for (int r = 0; r < bs->nranks; r++) {
+        if (r == bs->rank || bs->peers[r].send_fd < 0) continue;
+        struct iovec iov = {hdr, sizeof hdr};
+        (void)cchani_sock_writev(bs->peers[r].send_fd, &iov, 1);
+    }
+}
+
 int cchan_bootstrap_destroy(cchan_bootstrap_t *bs) {
     if (!bs) return 0;
+    say_bye(bs);
     for (int r = 0; bs->peers && r < bs->nranks; r++) {
         cchani_boot_peer_t *p = &bs->peers[r];
         /* Pairs with the root send on the inbound connection, closed below with the others. */
@@ -585,6 +682,7 @@ int cchan_bootstrap_destroy(cchan_bootstrap_t *bs) {
     free(bs->polled);
     free(bs->pollfds);
     free(bs->arrived);
+    pthread_mutex_destroy(&bs->lock);
     free(bs);
     return 0;
 }

@@ -9,6 +9,7 @@
 #define CCHAN_SRC_HOST_BOOTSTRAP_H
 
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "bootstrap_wire.h"
@@ -17,6 +18,12 @@
 #define CCHANI_BOOT_HOST_BYTES 256u
 #define CCHANI_BOOT_MAX_PENDING                                                                    \
     64 /* connections that have not introduced themselves, held at once */
+/* A connection that has not completed its handshake within this long (or the bootstrap timeout,
+ * when shorter) is closed: a rank completes it within a round trip of connecting. */
+#define CCHANI_BOOT_PENDING_IDLE_MS 10000u
+/* Bytes of messages from one peer that no receive has taken yet: past this the peer's connection
+ * fails (a send with no matching receive, or a runaway sender) instead of memory growing. */
+#define CCHANI_BOOT_MAX_QUEUED ((uint64_t)256 << 20)
 
 /* ---------------------------------------------------------------- environment (bootstrap_env.c) */
 
@@ -57,8 +64,14 @@ typedef struct cchani_boot_msg {
 typedef struct cchani_boot_conn {
     int fd;
     uint64_t accepted_ns;
-    int peer; /* -1 until its HELLO names the sender */
+    int peer; /* -1 until its HELLO proves the session key and names the sender */
     int dead; /* no longer read: the peer closed it or broke the protocol */
+    /* Handshake (listener side, see bootstrap_wire.h): 0 until the connector's AUTH, 1 until its
+     * HELLO; proven once its proof checked out (then rejections may carry the session key). */
+    int stage;
+    int proven;
+    int32_t claimed; /* the rank its AUTH claimed */
+    uint64_t nonce_c, nonce_s;
     size_t hdr_got;
     uint8_t hdr_buf[CCHANI_BOOT_HDR_BYTES];
     cchani_boot_hdr_t hdr;
@@ -73,7 +86,9 @@ typedef struct cchani_boot_peer {
     int send_fd;
     cchani_boot_conn_t *in;         /* where this peer's messages arrive */
     cchani_boot_msg_t *head, *tail; /* arrived, not yet consumed */
+    uint64_t queued;                /* payload bytes in that queue */
     int lost;                       /* status once `in` failed; queued messages stay consumable */
+    int departed;                   /* it said BYE: its connections ending is no death */
     char *lost_why;
 } cchani_boot_peer_t;
 
@@ -98,8 +113,14 @@ struct cchan_bootstrap {
     cchani_boot_conn_t **polled;
     uint8_t *arrived; /* root: which contributions of the current allgather are in */
     uint32_t coll_seq;
+    uint64_t queue_limit;    /* CCHANI_BOOT_MAX_QUEUED (tests lower it) */
+    uint64_t pending_idle_ns;
     int failed; /* sticky: this bootstrap is broken, every later call fails with it */
+    int failed_rank; /* the rank that died or aborted and so caused `failed`, -1 if none/unknown */
+    int relayed;     /* root: `failed` was sent to every rank */
     char failed_why[CCHANI_BOOT_MAX_ERROR_TEXT];
+    /* Serializes the public calls with cchani_boot_watch() on a communicator's watcher thread. */
+    pthread_mutex_t lock;
     /* Root during init: who joined, the first fatal problem seen (version or size mismatch,
      * duplicate rank), and the connections turned away, so that a timeout names the likely cause.
      */
@@ -120,9 +141,11 @@ static inline uint64_t cchani_boot_deadline(const cchan_bootstrap_t *bs) {
  * Functions that fail record the last error; statuses are cchan's. */
 
 /* Waits until the listener or an inbound connection has input (and handles it: messages are
- * queued on their sender, HELLOs admit connections, ERRORs fail the bootstrap), out_fd (if >= 0)
- * is writable, or deadline_ns passes: CCHAN_ERR_TIMEOUT without a message, which callers word. */
-CCHANI_HIDDEN int cchani_boot_progress(cchan_bootstrap_t *bs, int out_fd, uint64_t deadline_ns);
+ * queued on their sender, handshakes admit connections, ERRORs fail the bootstrap), fd (if >= 0)
+ * has `events`, or deadline_ns passes: CCHAN_ERR_TIMEOUT without a message, which callers word.
+ * Closes connections that stay unauthenticated too long. */
+CCHANI_HIDDEN int cchani_boot_progress(cchan_bootstrap_t *bs, int fd, short events,
+                                       uint64_t deadline_ns);
 /* Waits for a message of type/tag from peer; `what` names it in errors. Messages queued before a
  * failure report are still delivered. */
 CCHANI_HIDDEN int cchani_boot_wait_msg(cchan_bootstrap_t *bs, int peer, uint16_t type, int32_t tag,
@@ -133,14 +156,29 @@ CCHANI_HIDDEN int cchani_boot_wait_msg(cchan_bootstrap_t *bs, int peer, uint16_t
 CCHANI_HIDDEN int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type,
                                         int32_t tag, const void *payload, uint64_t len,
                                         uint64_t deadline_ns);
-CCHANI_HIDDEN int cchani_boot_send_hello(cchan_bootstrap_t *bs, int peer, int fd,
-                                         uint64_t deadline_ns);
+/* Connector side of the handshake (bootstrap_wire.h). cchani_boot_connect_auth() connects to
+ * addr (retrying refusals while retry is set: the listener may not be up yet), sends AUTH and reads
+ * the listener's answer; cchani_boot_send_hello() then sends the HELLO with our proof and record,
+ * and fails unless the listener proved the key and speaks our version. */
+typedef struct cchani_boot_auth {
+    int fd;
+    uint64_t nonce_c, nonce_s;
+    int proven;        /* the listener's proof checked out */
+    uint16_t version;  /* the listener's wire version */
+    char where[CCHANI_BOOT_ADDR_STR_BYTES];
+} cchani_boot_auth_t;
+CCHANI_HIDDEN int cchani_boot_connect_auth(cchan_bootstrap_t *bs, const cchani_boot_addr_t *addr,
+                                           int peer, int retry, const char *what,
+                                           uint64_t deadline_ns, cchani_boot_auth_t *out);
+CCHANI_HIDDEN int cchani_boot_send_hello(cchan_bootstrap_t *bs, int peer,
+                                         const cchani_boot_auth_t *auth, uint64_t deadline_ns);
 /* The connection to send to peer; opened and introduced on first use between non-root ranks. */
 CCHANI_HIDDEN int cchani_boot_send_fd(cchan_bootstrap_t *bs, int peer, uint64_t deadline_ns,
                                       int *fd);
 /* Registers an accepted (peer -1) or established connection; takes ownership of fd and c. */
 CCHANI_HIDDEN void cchani_boot_conn_add(cchan_bootstrap_t *bs, int fd, int peer,
                                         cchani_boot_conn_t *c);
+/* Peer queues count their bytes (cchani_boot_peer_t.queued). */
 CCHANI_HIDDEN void cchani_boot_queue_push(cchani_boot_peer_t *p, cchani_boot_msg_t *m);
 CCHANI_HIDDEN cchani_boot_msg_t *cchani_boot_queue_take(cchani_boot_peer_t *p, uint16_t type,
                                                         int32_t tag);
@@ -152,5 +190,14 @@ CCHANI_HIDDEN void cchani_boot_error_core(int status, char *out, size_t n);
 CCHANI_HIDDEN void cchani_boot_fail_with_last_error(cchan_bootstrap_t *bs, int status);
 /* Records the lasting failure as the last error and returns its status. */
 CCHANI_HIDDEN int cchani_boot_failed_error(const cchan_bootstrap_t *bs);
+
+/* For a communicator's watcher thread, while no other thread is inside the bootstrap (else -EAGAIN
+ * at once): serves pending input, turns a peer that died into the bootstrap's failure (the root
+ * tells every rank, naming it), and, when abort_status is nonzero, fails the bootstrap with it and
+ * tells the other ranks (through the root). Returns the bootstrap's failure status (0: none) with
+ * the rank that caused it (-1: unknown) and the reason. A bootstrap on an application's allgather
+ * returns 0: it has nothing to watch. */
+CCHANI_HIDDEN int cchani_boot_watch(cchan_bootstrap_t *bs, int abort_status, const char *abort_why,
+                                    int *rank, char *why, size_t why_bytes);
 
 #endif /* CCHAN_SRC_HOST_BOOTSTRAP_H */

@@ -126,8 +126,9 @@ static int parse_master_vars(const launcher_vars_t *l, cchani_boot_env_t *e) {
     return 0;
 }
 
-/* FNV-1a: cheap and deterministic, which is all a shared session key needs; it guards against
- * mix-ups between runs, not against attackers. */
+/* FNV-1a: cheap and deterministic. The variables it hashes are known to anyone who can list the
+ * job's processes, so on its own the key guards against mix-ups between runs, not against
+ * attackers: CCHAN_BOOTSTRAP_SECRET adds a secret (docs/security.md). */
 static uint64_t fnv1a(uint64_t h, const char *s) {
     for (; *s; s++) {
         h ^= (uint8_t)*s;
@@ -144,6 +145,8 @@ static uint64_t session_key(const cchani_boot_env_t *e) {
         const char *v = cchani_env_str(session_vars[i]);
         h = fnv1a(fnv1a(h, session_vars[i]), v ? v : "");
     }
+    const char *secret = cchani_env_str("CCHAN_BOOTSTRAP_SECRET");
+    if (secret) h = cchani_siphash(h, ~h, secret, strlen(secret));
     return h;
 }
 

@@ -5,12 +5,15 @@
  * the listener and every inbound connection and queues whatever arrives per sender, so messages
  * for other tags wait for their receive, a ring of large send-then-recv cannot deadlock on full
  * socket buffers, and a peer's death is noticed when it happens. A connection is unidentified until
- * its HELLO names the sender; anything malformed on it is turned away without disturbing the rest.
+ * its handshake proves the session key and names the sender (bootstrap_wire.h); until then it may
+ * send nothing else, is told nothing secret, and anything malformed on it is turned away without
+ * disturbing the rest.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,8 +60,16 @@ static void init_poison(cchan_bootstrap_t *bs, int status) {
     cchani_boot_error_core(status, bs->init_why, sizeof bs->init_why);
 }
 
+static uint64_t random_nonce(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = cchani_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+    return v;
+}
+
 void cchani_boot_queue_push(cchani_boot_peer_t *p, cchani_boot_msg_t *m) {
     m->next = NULL;
+    p->queued += m->len;
     if (p->tail)
         p->tail->next = m;
     else
@@ -75,6 +86,7 @@ cchani_boot_msg_t *cchani_boot_queue_take(cchani_boot_peer_t *p, uint16_t type, 
         else
             p->head = m->next;
         if (p->tail == m) p->tail = prev;
+        p->queued -= m->len;
         return m;
     }
     return NULL;
@@ -108,24 +120,28 @@ static void conn_remove(cchan_bootstrap_t *bs, cchani_boot_conn_t *c) {
     free(c);
 }
 
-/* Best effort, never blocks: a cchan peer of another session or version that we turn away can
- * then report the cause instead of a bare closed connection. */
-static void send_error_now(const cchan_bootstrap_t *bs, int fd, int status, const char *why) {
+/* Best effort, never blocks: a cchan peer that we turn away can then report the cause instead of a
+ * bare closed connection. Only a connection that proved the session key is sent the key; any other
+ * gets back the nonce it sent (which lets a rank of another job match the answer to its request)
+ * or zero. */
+static void send_error_now(const cchan_bootstrap_t *bs, const cchani_boot_conn_t *c, int status,
+                           const char *why) {
     size_t text = strnlen(why, CCHANI_BOOT_MAX_ERROR_TEXT);
     uint8_t buf[CCHANI_BOOT_HDR_BYTES + 4 + CCHANI_BOOT_MAX_ERROR_TEXT];
+    uint64_t session = c->proven ? bs->expect.session : c->stage > 0 ? c->nonce_c : 0;
     cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_ERROR, 0,
-                           bs->rank,          bs->expect.session, 4 + text};
+                           bs->rank,          session,            4 + text};
     cchani_boot_hdr_encode(&h, buf);
     cchani_put_le32(buf + CCHANI_BOOT_HDR_BYTES, (uint32_t)status);
     memcpy(buf + CCHANI_BOOT_HDR_BYTES + 4, why, text);
     struct iovec iov = {buf, CCHANI_BOOT_HDR_BYTES + 4 + text};
-    (void)cchani_sock_writev(fd, &iov, 1);
+    (void)cchani_sock_writev(c->fd, &iov, 1);
 }
 
 /* Turns an unidentified connection away. Its unread input is drained first, because closing a
  * socket with unread data resets the connection and could destroy the reply before it is read. */
 static void conn_reject(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, int status, const char *why) {
-    send_error_now(bs, c->fd, status, why);
+    send_error_now(bs, c, status, why);
     shutdown(c->fd, SHUT_WR);
     uint8_t sink[4096];
     for (size_t drained = 0; drained < DRAIN_BYTES;) {
@@ -166,8 +182,9 @@ static int conn_fail(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, int status) {
         conn_lost(bs, c, status, why);
         return 0;
     }
-    /* The session key matched (it is checked first), so this is a rank of our job built against
-     * another cchan: the whole job must fail, not just this connection. */
+    /* Version errors on a pending connection come only after its proof checked out, so this is a
+     * rank of our job built against another cchan: the whole job must fail, not just this
+     * connection. */
     if (status == CCHAN_ERR_VERSION && bs->rank == 0 && !bs->init_done) {
         bs->version_rejects++;
         init_poison(bs, status);
@@ -189,12 +206,52 @@ static void record_hello(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, int src,
     bs->joined++;
 }
 
+/* A connector's AUTH: answer with our nonce and our proof (a fresh socket has room for it). */
+static int handle_auth(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, const cchani_boot_msg_t *m) {
+    if (m->len != 0 || c->hdr.tag != bs->rank)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "malformed AUTH message (%llu payload bytes, addressed to rank %d)",
+                            (unsigned long long)m->len, c->hdr.tag);
+    c->claimed = m->src;
+    c->nonce_c = c->hdr.session;
+    c->nonce_s = random_nonce();
+    c->stage = 1;
+    uint8_t buf[CCHANI_BOOT_HDR_BYTES + CCHANI_BOOT_PROOF_BYTES];
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_AUTH,
+                           m->src,            bs->rank,           c->nonce_s,
+                           CCHANI_BOOT_PROOF_BYTES};
+    cchani_boot_hdr_encode(&h, buf);
+    cchani_put_le64(buf + CCHANI_BOOT_HDR_BYTES,
+                    cchani_boot_proof(bs->expect.session, 'L', c->nonce_c, c->nonce_s, bs->rank,
+                                      m->src));
+    struct iovec iov = {buf, sizeof buf};
+    if (cchani_sock_writev(c->fd, &iov, 1) != (ssize_t)sizeof buf)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "a connection did not take the handshake's answer");
+    return 0;
+}
+
 static int handle_hello(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, const cchani_boot_msg_t *m) {
-    uint32_t their_nranks = cchani_get_le32(m->data);
-    cchani_boot_peer_record_t rec;
-    int rc = cchani_boot_record_decode(m->data + 4, &rec);
-    if (rc) return rc;
     int src = m->src;
+    uint64_t proof = cchani_get_le64(m->data);
+    if (src != c->claimed ||
+        proof != cchani_boot_proof(bs->expect.session, 'C', c->nonce_c, c->nonce_s, src, bs->rank))
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "session key mismatch: a connection claiming to be rank %d could not "
+                            "prove it knows this job's session key (a process of another job, a "
+                            "stale process, or a stranger)",
+                            src);
+    c->proven = 1;
+    if (c->hdr.version != bs->expect.version)
+        return cchani_error(
+            CCHAN_ERR_VERSION, "bootstrap",
+            "version mismatch: rank %d speaks bootstrap wire version %u, expected %u "
+            "(mixed cchan installations?)",
+            src, c->hdr.version, bs->expect.version);
+    uint32_t their_nranks = cchani_get_le32(m->data + CCHANI_BOOT_PROOF_BYTES);
+    cchani_boot_peer_record_t rec;
+    int rc = cchani_boot_record_decode(m->data + CCHANI_BOOT_PROOF_BYTES + 4, &rec);
+    if (rc) return rc;
     if (src == bs->rank)
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
                             "a connection claims to be this rank (%d)", src);
@@ -228,34 +285,53 @@ static int handle_error(cchan_bootstrap_t *bs, const cchani_boot_msg_t *m) {
     if (status >= 0)
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
                             "ERROR message from rank %d with status %d", m->src, status);
-    char why[CCHANI_BOOT_MAX_ERROR_TEXT + 64];
-    snprintf(why, sizeof why, "rank %d reports: %.*s", m->src, (int)(m->len - 4),
-             (const char *)m->data + 4);
+    char text[CCHANI_BOOT_MAX_RELAYED_TEXT + 1];
+    cchani_boot_sanitize(text, sizeof text, m->data + 4, (size_t)(m->len - 4));
+    char why[CCHANI_BOOT_MAX_RELAYED_TEXT + 64];
+    snprintf(why, sizeof why, "rank %d reports: %s", m->src, text);
+    if (!bs->failed) bs->failed_rank = m->tag > 0 && m->tag <= bs->nranks ? m->tag - 1 : -1;
     set_failed(bs, status, why);
+    return 0;
+}
+
+static int queue_message(cchan_bootstrap_t *bs, cchani_boot_peer_t *p, cchani_boot_msg_t *m) {
+    if (p->queued + m->len > bs->queue_limit) {
+        int rc = cchani_error(CCHAN_ERR_NO_RESOURCE, "bootstrap",
+                              "rank %d sent more than %llu bytes that no receive has taken (%llu "
+                              "queued, %llu more with tag %d): a send without a matching receive?",
+                              m->src, (unsigned long long)bs->queue_limit,
+                              (unsigned long long)p->queued, (unsigned long long)m->len, m->tag);
+        free(m);
+        return rc;
+    }
+    cchani_boot_queue_push(p, m);
     return 0;
 }
 
 static int deliver(cchan_bootstrap_t *bs, cchani_boot_conn_t *c, cchani_boot_msg_t *m) {
     int rc = 0;
-    if (m->type == CCHANI_BOOT_HELLO)
+    if (m->type == CCHANI_BOOT_AUTH)
+        rc = handle_auth(bs, c, m);
+    else if (m->type == CCHANI_BOOT_HELLO)
         rc = handle_hello(bs, c, m);
     else if (m->type == CCHANI_BOOT_ERROR)
         rc = handle_error(bs, m);
-    else {
-        cchani_boot_queue_push(&bs->peers[c->peer], m);
-        return 0;
-    }
+    else if (m->type == CCHANI_BOOT_BYE)
+        bs->peers[c->peer].departed = 1;
+    else
+        return queue_message(bs, &bs->peers[c->peer], m);
     free(m);
     return rc;
 }
 
 /* The header is valid on its own; is it valid from this connection? */
 static int check_sender(const cchani_boot_conn_t *c, const cchani_boot_hdr_t *h) {
-    if (c->peer < 0 && h->type != CCHANI_BOOT_HELLO)
+    static const uint16_t next[2] = {CCHANI_BOOT_AUTH, CCHANI_BOOT_HELLO};
+    if (c->peer < 0 && h->type != next[c->stage])
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
-                            "a new connection sent message type %u before introducing itself",
-                            h->type);
-    if (c->peer >= 0 && h->type == CCHANI_BOOT_HELLO)
+                            "a new connection sent message type %u where the handshake expects %s",
+                            h->type, c->stage ? "HELLO" : "AUTH");
+    if (c->peer >= 0 && (h->type == CCHANI_BOOT_HELLO || h->type == CCHANI_BOOT_AUTH))
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "rank %d introduced itself twice",
                             c->peer);
     if (c->peer >= 0 && h->src != c->peer)
@@ -297,7 +373,10 @@ static int read_header(cchan_bootstrap_t *bs, cchani_boot_conn_t *c) {
     c->hdr_got += (size_t)n;
     if (c->hdr_got < CCHANI_BOOT_HDR_BYTES) return 0;
     c->hdr_got = 0;
-    int rc = cchani_boot_hdr_decode(c->hdr_buf, CCHANI_BOOT_HDR_BYTES, &bs->expect, &c->hdr);
+    int rc = c->peer >= 0
+                 ? cchani_boot_hdr_decode(c->hdr_buf, CCHANI_BOOT_HDR_BYTES, &bs->expect, &c->hdr)
+                 : cchani_boot_hdr_decode_open(c->hdr_buf, CCHANI_BOOT_HDR_BYTES, &bs->expect,
+                                               &c->hdr);
     if (!rc) rc = check_sender(c, &c->hdr);
     if (rc) return rc;
     cchani_boot_msg_t *m = malloc(sizeof *m + c->hdr.len);
@@ -364,7 +443,35 @@ static void accept_pending(cchan_bootstrap_t *bs) {
     }
 }
 
-int cchani_boot_progress(cchan_bootstrap_t *bs, int out_fd, uint64_t deadline_ns) {
+/* Closes connections that have not completed their handshake in time; returns the milliseconds
+ * until the next one is due (-1: none pending). */
+static int expire_pending(cchan_bootstrap_t *bs) {
+    uint64_t now = cchani_now_ns(), next = UINT64_MAX;
+    for (int i = 0; i < bs->nconns;) {
+        cchani_boot_conn_t *c = bs->conns[i];
+        if (c->peer >= 0 || c->dead) {
+            i++;
+            continue;
+        }
+        uint64_t due = c->accepted_ns + bs->pending_idle_ns;
+        if (now < due) {
+            if (due < next) next = due;
+            i++;
+            continue;
+        }
+        char why[160];
+        snprintf(why, sizeof why,
+                 "closed: it did not complete the handshake within %llu ms (not a rank of this job?)",
+                 (unsigned long long)(bs->pending_idle_ns / 1000000));
+        conn_reject(bs, c, CCHAN_ERR_TIMEOUT, why); /* removes conns[i] */
+    }
+    if (next == UINT64_MAX) return -1;
+    uint64_t ms = (next - now + 999999) / 1000000;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
+int cchani_boot_progress(cchan_bootstrap_t *bs, int fd, short events, uint64_t deadline_ns) {
+    int idle_ms = expire_pending(bs);
     nfds_t n = 0;
     int npolled = 0;
     bs->pollfds[n++] = (struct pollfd){.fd = bs->listen_fd, .events = POLLIN};
@@ -373,10 +480,12 @@ int cchani_boot_progress(cchan_bootstrap_t *bs, int out_fd, uint64_t deadline_ns
         bs->polled[npolled++] = bs->conns[i];
         bs->pollfds[n++] = (struct pollfd){.fd = bs->conns[i]->fd, .events = POLLIN};
     }
-    if (out_fd >= 0) bs->pollfds[n++] = (struct pollfd){.fd = out_fd, .events = POLLOUT};
-    int ready = poll(bs->pollfds, n, cchani_sock_poll_ms(deadline_ns));
+    if (fd >= 0) bs->pollfds[n++] = (struct pollfd){.fd = fd, .events = events};
+    int ms = cchani_sock_poll_ms(deadline_ns);
+    if (idle_ms >= 0 && idle_ms < ms) ms = idle_ms;
+    int ready = poll(bs->pollfds, n, ms);
     if (ready < 0) return errno == EINTR ? 0 : cchani_errno_error("bootstrap", "poll()");
-    if (ready == 0) return CCHAN_ERR_TIMEOUT;
+    if (ready == 0) return cchani_now_ns() >= deadline_ns ? CCHAN_ERR_TIMEOUT : 0;
     /* Connections first: accepting may add conns, which the snapshot in polled does not cover. */
     for (int i = 0; i < npolled; i++)
         if (bs->pollfds[1 + i].revents) conn_read(bs, bs->polled[i]);
@@ -400,7 +509,7 @@ int cchani_boot_wait_msg(cchan_bootstrap_t *bs, int peer, uint16_t type, int32_t
             return cchani_error(p->lost, "bootstrap",
                                 "rank %d failed while rank %d waited for %s: %s", peer, bs->rank,
                                 what, p->lost_why ? p->lost_why : "");
-        int rc = cchani_boot_progress(bs, -1, deadline_ns);
+        int rc = cchani_boot_progress(bs, -1, 0, deadline_ns);
         if (rc == CCHAN_ERR_TIMEOUT)
             return cchani_error(
                 rc, "bootstrap", "timed out after %llu ms waiting for %s from rank %d",
@@ -423,12 +532,12 @@ static void iov_advance(struct iovec **iov, int *cnt, size_t n) {
     }
 }
 
-int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type, int32_t tag,
-                          const void *payload, uint64_t len, uint64_t deadline_ns) {
+/* Writes header h and its payload to fd; see cchani_boot_write_msg(). */
+static int write_frame(cchan_bootstrap_t *bs, int peer, int fd, const cchani_boot_hdr_t *h,
+                       const void *payload, uint64_t deadline_ns) {
     uint8_t hdr[CCHANI_BOOT_HDR_BYTES];
-    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, type, tag,
-                           bs->rank,          bs->expect.session, len};
-    cchani_boot_hdr_encode(&h, hdr);
+    uint64_t len = h->len;
+    cchani_boot_hdr_encode(h, hdr);
     struct iovec iovs[2] = {{hdr, sizeof hdr}, {(void *)payload, (size_t)len}};
     struct iovec *iov = iovs;
     int cnt = len ? 2 : 1;
@@ -447,7 +556,7 @@ int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type
             return cchani_error(CCHAN_ERR_PEER, "bootstrap",
                                 "sending to rank %d failed: %s (errno %d)", peer,
                                 cchan_strerror((int)n), (int)-n);
-        int rc = cchani_boot_progress(bs, fd, deadline_ns);
+        int rc = cchani_boot_progress(bs, fd, POLLOUT, deadline_ns);
         if (rc == CCHAN_ERR_TIMEOUT)
             return cchani_error(
                 rc, "bootstrap",
@@ -460,12 +569,132 @@ int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type
     return 0;
 }
 
-int cchani_boot_send_hello(cchan_bootstrap_t *bs, int peer, int fd, uint64_t deadline_ns) {
+int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type, int32_t tag,
+                          const void *payload, uint64_t len, uint64_t deadline_ns) {
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, type, tag,
+                           bs->rank,          bs->expect.session, len};
+    return write_frame(bs, peer, fd, &h, payload, deadline_ns);
+}
+
+/* ---------------------------------------------------------------- connector side of the handshake */
+
+/* Reads exactly len bytes of the handshake from fd, serving our own traffic meanwhile (two ranks
+ * may be connecting to each other at once). */
+static int read_exact(cchan_bootstrap_t *bs, int fd, uint8_t *buf, size_t len, uint64_t deadline_ns,
+                      const char *where) {
+    for (size_t got = 0; got < len;) {
+        ssize_t n = cchani_sock_read(fd, buf + got, len - got);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n == 0 || n == -ECONNRESET)
+            return cchani_error(CCHAN_ERR_PEER, "bootstrap",
+                                "%s closed the connection during the handshake", where);
+        if (n != -EAGAIN)
+            return cchani_error(CCHAN_ERR_PEER, "bootstrap", "reading from %s failed: %s", where,
+                                cchan_strerror((int)n));
+        int rc = cchani_boot_progress(bs, fd, POLLIN, deadline_ns);
+        if (rc == CCHAN_ERR_TIMEOUT)
+            return cchani_error(rc, "bootstrap",
+                                "timed out after %llu ms: %s never answered the handshake (is the "
+                                "process at that address a cchan rank of this job?)",
+                                (unsigned long long)bs->timeout_ms, where);
+        if (rc) return rc;
+        if (bs->failed) return cchani_boot_failed_error(bs);
+    }
+    return 0;
+}
+
+/* The listener turned us away before any proof: its text is untrusted, shown sanitized. */
+static int read_rejection(cchan_bootstrap_t *bs, int fd, const cchani_boot_hdr_t *h,
+                          uint64_t deadline_ns, const char *where) {
+    uint8_t body[4 + CCHANI_BOOT_MAX_ERROR_TEXT];
+    int rc = read_exact(bs, fd, body, (size_t)h->len, deadline_ns, where);
+    if (rc) return rc;
+    int status = (int32_t)cchani_get_le32(body);
+    char text[CCHANI_BOOT_MAX_RELAYED_TEXT + 1];
+    cchani_boot_sanitize(text, sizeof text, body + 4, (size_t)h->len - 4);
+    if (status >= 0 || status < -4096) status = CCHAN_ERR_PEER;
+    return cchani_error(status, "bootstrap", "%s turned this rank away: %s", where, text);
+}
+
+static int read_challenge(cchan_bootstrap_t *bs, int peer, cchani_boot_auth_t *a,
+                          uint64_t deadline_ns) {
+    uint8_t buf[CCHANI_BOOT_HDR_BYTES];
+    cchani_boot_hdr_t h;
+    int rc = read_exact(bs, a->fd, buf, sizeof buf, deadline_ns, a->where);
+    if (!rc) rc = cchani_boot_hdr_decode_open(buf, sizeof buf, &bs->expect, &h);
+    if (rc) return rc;
+    if (h.type == CCHANI_BOOT_ERROR && h.session == a->nonce_c)
+        return read_rejection(bs, a->fd, &h, deadline_ns, a->where);
+    if (h.type != CCHANI_BOOT_AUTH || h.src != peer || h.tag != bs->rank ||
+        h.len != CCHANI_BOOT_PROOF_BYTES)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "%s answered the handshake with a %s message from rank %d (expected "
+                            "rank %d's AUTH): not a rank of this job?",
+                            a->where, h.type == CCHANI_BOOT_AUTH ? "AUTH" : "foreign", h.src, peer);
+    uint8_t proof[CCHANI_BOOT_PROOF_BYTES];
+    rc = read_exact(bs, a->fd, proof, sizeof proof, deadline_ns, a->where);
+    if (rc) return rc;
+    a->nonce_s = h.session;
+    a->version = h.version;
+    a->proven = cchani_get_le64(proof) == cchani_boot_proof(bs->expect.session, 'L', a->nonce_c,
+                                                            a->nonce_s, peer, bs->rank);
+    return 0;
+}
+
+int cchani_boot_connect_auth(cchan_bootstrap_t *bs, const cchani_boot_addr_t *addr, int peer,
+                             int retry, const char *what, uint64_t deadline_ns,
+                             cchani_boot_auth_t *out) {
+    cchani_boot_auth_t a;
+    memset(&a, 0, sizeof a);
+    char addr_str[CCHANI_BOOT_ADDR_STR_BYTES];
+    cchani_boot_addr_str(addr, addr_str);
+    if (peer == 0)
+        snprintf(a.where, sizeof a.where, "the root at %s", addr_str);
+    else
+        snprintf(a.where, sizeof a.where, "rank %d at %s", peer, addr_str);
+    int rc = cchani_sock_connect(addr, deadline_ns, retry, what, &a.fd);
+    if (rc) return rc;
+    a.nonce_c = random_nonce();
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_AUTH, peer,
+                           bs->rank,          a.nonce_c,          0};
+    rc = write_frame(bs, peer, a.fd, &h, NULL, deadline_ns);
+    if (!rc) rc = read_challenge(bs, peer, &a, deadline_ns);
+    if (rc) {
+        close(a.fd);
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+int cchani_boot_send_hello(cchan_bootstrap_t *bs, int peer, const cchani_boot_auth_t *a,
+                           uint64_t deadline_ns) {
+    /* Sent even when the listener's proof failed, so that a listener of another job can say why
+     * it saw us go: the HELLO holds no secret. */
     uint8_t payload[CCHANI_BOOT_HELLO_BYTES];
-    cchani_put_le32(payload, (uint32_t)bs->nranks);
-    cchani_boot_record_encode(&bs->peers[bs->rank].rec, payload + 4);
-    return cchani_boot_write_msg(bs, peer, fd, CCHANI_BOOT_HELLO, 0, payload, sizeof payload,
-                                 deadline_ns);
+    cchani_put_le64(payload, cchani_boot_proof(bs->expect.session, 'C', a->nonce_c, a->nonce_s,
+                                               bs->rank, peer));
+    cchani_put_le32(payload + CCHANI_BOOT_PROOF_BYTES, (uint32_t)bs->nranks);
+    cchani_boot_record_encode(&bs->peers[bs->rank].rec, payload + CCHANI_BOOT_PROOF_BYTES + 4);
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_HELLO, 0,
+                           bs->rank,          0,                  sizeof payload};
+    int rc = write_frame(bs, peer, a->fd, &h, payload, deadline_ns);
+    if (rc) return rc;
+    if (!a->proven)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "session key mismatch: %s could not prove it knows this job's session "
+                            "key (it belongs to another job or session, or is not cchan)",
+                            a->where);
+    if (a->version != bs->expect.version)
+        return cchani_error(
+            CCHAN_ERR_VERSION, "bootstrap",
+            "version mismatch: rank %d speaks bootstrap wire version %u, expected %u "
+            "(mixed cchan installations?)",
+            peer, a->version, bs->expect.version);
+    return 0;
 }
 
 int cchani_boot_send_fd(cchan_bootstrap_t *bs, int peer, uint64_t deadline_ns, int *fd) {
@@ -474,10 +703,15 @@ int cchani_boot_send_fd(cchan_bootstrap_t *bs, int peer, uint64_t deadline_ns, i
         char what[32];
         snprintf(what, sizeof what, "rank %d", peer);
         /* Its listener was up before it joined: a refusal means it is gone, not late. */
-        int rc = cchani_sock_connect(&p->rec.listen, deadline_ns, 0, what, &p->send_fd);
+        cchani_boot_auth_t a;
+        int rc = cchani_boot_connect_auth(bs, &p->rec.listen, peer, 0, what, deadline_ns, &a);
         if (rc) return rc;
-        rc = cchani_boot_send_hello(bs, peer, p->send_fd, deadline_ns);
-        if (rc) return rc;
+        rc = cchani_boot_send_hello(bs, peer, &a, deadline_ns);
+        if (rc) {
+            close(a.fd);
+            return rc;
+        }
+        p->send_fd = a.fd;
     }
     *fd = p->send_fd;
     return 0;

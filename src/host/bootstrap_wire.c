@@ -11,7 +11,7 @@
 
 CCHAN_STATIC_ASSERT(ID_ROOT_OFFSET + CCHANI_BOOT_ADDR_WIRE_BYTES <= sizeof(cchan_unique_id_t),
                     "the unique id holds the root address");
-CCHAN_STATIC_ASSERT(CCHANI_BOOT_RECORD_BYTES == 84 && CCHANI_BOOT_HELLO_BYTES == 88,
+CCHAN_STATIC_ASSERT(CCHANI_BOOT_RECORD_BYTES == 84 && CCHANI_BOOT_HELLO_BYTES == 96,
                     "peer record layout is part of the wire version");
 
 static void put_le16(uint8_t *p, uint16_t v) {
@@ -30,12 +30,12 @@ uint32_t cchani_get_le32(const uint8_t *p) {
     return (uint32_t)get_le16(p) | ((uint32_t)get_le16(p + 2) << 16);
 }
 
-static void put_le64(uint8_t *p, uint64_t v) {
+void cchani_put_le64(uint8_t *p, uint64_t v) {
     cchani_put_le32(p, (uint32_t)v);
     cchani_put_le32(p + 4, (uint32_t)(v >> 32));
 }
 
-static uint64_t get_le64(const uint8_t *p) {
+uint64_t cchani_get_le64(const uint8_t *p) {
     return (uint64_t)cchani_get_le32(p) | ((uint64_t)cchani_get_le32(p + 4) << 32);
 }
 
@@ -47,8 +47,8 @@ void cchani_boot_hdr_encode(const cchani_boot_hdr_t *hdr, uint8_t out[CCHANI_BOO
     put_le16(out + 6, hdr->type);
     cchani_put_le32(out + 8, (uint32_t)hdr->tag);
     cchani_put_le32(out + 12, (uint32_t)hdr->src);
-    put_le64(out + 16, hdr->session);
-    put_le64(out + 24, hdr->len);
+    cchani_put_le64(out + 16, hdr->session);
+    cchani_put_le64(out + 24, hdr->len);
 }
 
 static const char *type_name(uint16_t type) {
@@ -58,6 +58,8 @@ static const char *type_name(uint16_t type) {
     case CCHANI_BOOT_P2P: return "P2P";
     case CCHANI_BOOT_COLL: return "COLL";
     case CCHANI_BOOT_ERROR: return "ERROR";
+    case CCHANI_BOOT_AUTH: return "AUTH";
+    case CCHANI_BOOT_BYE: return "BYE";
     default: return NULL;
     }
 }
@@ -71,6 +73,7 @@ static uint64_t max_payload(uint16_t type, const cchani_boot_expect_t *ex) {
     case CCHANI_BOOT_COLL:
         return ex->coll_len != UINT64_MAX ? ex->coll_len : CCHANI_BOOT_MAX_PAYLOAD;
     case CCHANI_BOOT_ERROR: return 4 + CCHANI_BOOT_MAX_ERROR_TEXT;
+    case CCHANI_BOOT_AUTH: return CCHANI_BOOT_PROOF_BYTES;
     default: return 0;
     }
 }
@@ -100,24 +103,70 @@ static int check_payload_len(const cchani_boot_hdr_t *h, const cchani_boot_expec
     return 0;
 }
 
-int cchani_boot_hdr_decode(const uint8_t *buf, size_t len, const cchani_boot_expect_t *ex,
-                           cchani_boot_hdr_t *out) {
-    if (len < CCHANI_BOOT_HDR_BYTES)
-        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "truncated header: %zu of %u bytes",
-                            len, CCHANI_BOOT_HDR_BYTES);
+static cchani_boot_hdr_t hdr_fields(const uint8_t *buf) {
     cchani_boot_hdr_t h = {
         .magic = cchani_get_le32(buf + 0),
         .version = get_le16(buf + 4),
         .type = get_le16(buf + 6),
         .tag = (int32_t)cchani_get_le32(buf + 8),
         .src = (int32_t)cchani_get_le32(buf + 12),
-        .session = get_le64(buf + 16),
-        .len = get_le64(buf + 24),
+        .session = cchani_get_le64(buf + 16),
+        .len = cchani_get_le64(buf + 24),
     };
-    if (h.magic != CCHANI_BOOT_MAGIC)
+    return h;
+}
+
+static int check_magic(size_t len, const cchani_boot_hdr_t *h) {
+    if (len < CCHANI_BOOT_HDR_BYTES)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "truncated header: %zu of %u bytes",
+                            len, CCHANI_BOOT_HDR_BYTES);
+    if (h->magic != CCHANI_BOOT_MAGIC)
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
-                            "foreign message: magic 0x%08x is not cchan's 0x%08x", h.magic,
+                            "foreign message: magic 0x%08x is not cchan's 0x%08x", h->magic,
                             CCHANI_BOOT_MAGIC);
+    return 0;
+}
+
+static int check_type_and_src(const cchani_boot_hdr_t *h, const cchani_boot_expect_t *ex) {
+    if (!type_name(h->type))
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "unknown message type %u", h->type);
+    if (h->src < 0 || h->src >= ex->nranks)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "%s message claims source rank %d, outside 0..%d", type_name(h->type),
+                            h->src, ex->nranks - 1);
+    return 0;
+}
+
+int cchani_boot_hdr_decode_open(const uint8_t *buf, size_t len, const cchani_boot_expect_t *ex,
+                                cchani_boot_hdr_t *out) {
+    cchani_boot_hdr_t h = len >= CCHANI_BOOT_HDR_BYTES ? hdr_fields(buf) : (cchani_boot_hdr_t){0};
+    int rc = check_magic(len, &h);
+    if (!rc) rc = check_type_and_src(&h, ex);
+    if (rc) return rc;
+    if (h.type != CCHANI_BOOT_AUTH && h.type != CCHANI_BOOT_HELLO && h.type != CCHANI_BOOT_ERROR)
+        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                            "a connection sent a %s message before proving the session key",
+                            type_name(h.type));
+    if (h.type == CCHANI_BOOT_HELLO && h.version != ex->version) {
+        /* Another version's HELLO: only its proof is read and judged. */
+        if (h.len < CCHANI_BOOT_PROOF_BYTES || h.len > CCHANI_BOOT_MAX_FOREIGN_HELLO)
+            return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
+                                "HELLO message (wire version %u) from rank %d announces %llu "
+                                "payload bytes",
+                                h.version, h.src, (unsigned long long)h.len);
+    } else {
+        rc = check_payload_len(&h, ex);
+        if (rc) return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+int cchani_boot_hdr_decode(const uint8_t *buf, size_t len, const cchani_boot_expect_t *ex,
+                           cchani_boot_hdr_t *out) {
+    cchani_boot_hdr_t h = len >= CCHANI_BOOT_HDR_BYTES ? hdr_fields(buf) : (cchani_boot_hdr_t){0};
+    int rc = check_magic(len, &h);
+    if (rc) return rc;
     if (h.session != ex->session)
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
                             "session key mismatch: message from another bootstrap session "
@@ -128,16 +177,78 @@ int cchani_boot_hdr_decode(const uint8_t *buf, size_t len, const cchani_boot_exp
             "version mismatch: rank %d speaks bootstrap wire version %u, expected %u "
             "(mixed cchan installations?)",
             h.src, h.version, ex->version);
-    if (!type_name(h.type))
-        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap", "unknown message type %u", h.type);
-    if (h.src < 0 || h.src >= ex->nranks)
-        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
-                            "%s message claims source rank %d, outside 0..%d", type_name(h.type),
-                            h.src, ex->nranks - 1);
-    int rc = check_payload_len(&h, ex);
+    rc = check_type_and_src(&h, ex);
+    if (!rc) rc = check_payload_len(&h, ex);
     if (rc) return rc;
     *out = h;
     return 0;
+}
+
+/* ---------------------------------------------------------------- authentication */
+
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIP_ROUND                                                                                  \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 13);                                                                     \
+        v1 ^= v0;                                                                                  \
+        v0 = SIP_ROTL(v0, 32);                                                                     \
+        v2 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 16);                                                                     \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 21);                                                                     \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 17);                                                                     \
+        v1 ^= v2;                                                                                  \
+        v2 = SIP_ROTL(v2, 32);                                                                     \
+    } while (0)
+
+uint64_t cchani_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len) {
+    const uint8_t *in = (const uint8_t *)data;
+    uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+    uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+    size_t whole = len & ~(size_t)7;
+    for (size_t i = 0; i < whole; i += 8) {
+        uint64_t m = cchani_get_le64(in + i);
+        v3 ^= m;
+        SIP_ROUND;
+        SIP_ROUND;
+        v0 ^= m;
+    }
+    uint64_t b = (uint64_t)len << 56;
+    for (size_t i = 0; i < (len & 7); i++) b |= (uint64_t)in[whole + i] << (8 * i);
+    v3 ^= b;
+    SIP_ROUND;
+    SIP_ROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+uint64_t cchani_boot_proof(uint64_t session, char role, uint64_t nonce_c, uint64_t nonce_s,
+                           int32_t prover, int32_t verifier) {
+    uint8_t msg[8 + 8 + 8 + 4 + 4] = {(uint8_t)role, 'c', 'c', 'h', 'a', 'u', 't', 'h'};
+    cchani_put_le64(msg + 8, nonce_c);
+    cchani_put_le64(msg + 16, nonce_s);
+    cchani_put_le32(msg + 24, (uint32_t)prover);
+    cchani_put_le32(msg + 28, (uint32_t)verifier);
+    /* The key is 64 bits: the second half is derived so that SipHash's 128-bit key is filled. */
+    return cchani_siphash(session, session ^ 0x9e3779b97f4a7c15ull, msg, sizeof msg);
+}
+
+void cchani_boot_sanitize(char *out, size_t n, const uint8_t *text, size_t len) {
+    if (n == 0) return;
+    size_t keep = len < n - 1 ? len : n - 1;
+    if (keep > CCHANI_BOOT_MAX_RELAYED_TEXT) keep = CCHANI_BOOT_MAX_RELAYED_TEXT;
+    size_t i = 0;
+    for (; i < keep && text[i]; i++) out[i] = text[i] >= 0x20 && text[i] < 0x7f ? (char)text[i] : '?';
+    out[i] = '\0';
 }
 
 /* ---------------------------------------------------------------- addresses */
@@ -207,7 +318,7 @@ void cchani_boot_id_encode(const cchani_boot_id_t *id, cchan_unique_id_t *out) {
     memset(out, 0, sizeof *out);
     cchani_put_le32(out->internal, ID_MAGIC);
     put_le16(out->internal + 4, id->version);
-    put_le64(out->internal + 8, id->session);
+    cchani_put_le64(out->internal + 8, id->session);
     cchani_boot_addr_encode(&id->root, out->internal + ID_ROOT_OFFSET);
 }
 
@@ -222,7 +333,7 @@ int cchani_boot_id_decode(const cchan_unique_id_t *in, uint16_t version, cchani_
         return cchani_error(CCHAN_ERR_VERSION, "bootstrap",
                             "unique id has bootstrap wire version %u, this process speaks %u",
                             id.version, version);
-    id.session = get_le64(in->internal + 8);
+    id.session = cchani_get_le64(in->internal + 8);
     int rc = cchani_boot_addr_decode(in->internal + ID_ROOT_OFFSET, &id.root);
     if (rc) return cchani_error_wrap(rc, "bootstrap", "unique id holds an invalid root address");
     *out = id;

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "gpu.h"
 #include "runtime.h"
 
@@ -211,9 +213,93 @@ int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what) {
     return r;
 }
 
+/* ---------------------------------------------------------------- abort */
+
+#define WATCH_PERIOD_NS 100000000ull /* a dead peer ends every wait within a few of these */
+
+static void set_async_error(cchan_comm_t *comm, int status, int rank, const char *why) {
+    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&comm->async_lock);
+    snprintf(comm->async_why, sizeof comm->async_why, "%s", why);
+    pthread_mutex_unlock(&comm->async_lock);
+    int code = status;
+    __atomic_store_n(&comm->async_error, code, __ATOMIC_RELEASE);
+    /* The device view is host-mapped: rank first, then the word the wait loops poll. */
+    __atomic_store_n(&comm->diag_host->abort_rank, rank, __ATOMIC_RELAXED);
+    __atomic_store_n(&comm->diag_host->abort, code, __ATOMIC_RELEASE);
+    CCHANI_WARN(CCHANI_SUB_INIT, "rank %d: communicator aborted: %s", comm->rank, why);
+}
+
+static void *watch(void *arg) {
+    cchan_comm_t *comm = (cchan_comm_t *)arg;
+    while (!__atomic_load_n(&comm->watch_stop, __ATOMIC_ACQUIRE)) {
+        int want = __atomic_load_n(&comm->abort_request, __ATOMIC_ACQUIRE);
+        int rank = -1;
+        char why[1024];
+        int status = cchani_boot_watch(comm->bs, want ? CCHAN_ERR_ABORTED : 0,
+                                       "cchan_comm_abort() was called", &rank, why, sizeof why);
+        /* A rank that died is named; any other lasting bootstrap failure aborts too. */
+        if (status < 0 && status != -EAGAIN) {
+            int died = (status == CCHAN_ERR_PEER_DEAD || status == CCHAN_ERR_PEER) && rank >= 0 &&
+                       rank != comm->rank;
+            set_async_error(comm, died ? CCHAN_ERR_PEER_DEAD : CCHAN_ERR_ABORTED, rank, why);
+        }
+        struct timespec ts = {0, (long)WATCH_PERIOD_NS};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static int start_watcher(cchan_comm_t *comm) {
+    int e = pthread_create(&comm->watcher, NULL, watch, comm);
+    if (e) return cchani_error(-e, "cchan_comm_create", "cannot start the watcher thread");
+    comm->watching = 1;
+    return 0;
+}
+
+static void stop_watcher(cchan_comm_t *comm) {
+    if (!comm->watching) return;
+    __atomic_store_n(&comm->watch_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(comm->watcher, NULL);
+    comm->watching = 0;
+}
+
+/* Sends this rank's abort to the others now if no thread is inside the bootstrap; else the
+ * watcher (or cchan_comm_destroy) does. */
+static void tell_abort(cchan_comm_t *comm) {
+    int rank;
+    char why[1024];
+    (void)cchani_boot_watch(comm->bs, CCHAN_ERR_ABORTED, "cchan_comm_abort() was called", &rank,
+                            why, sizeof why);
+}
+
+int cchan_comm_abort(cchan_comm_t *comm) {
+    CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_abort");
+    char why[96];
+    snprintf(why, sizeof why, "rank %d aborted the communicator (cchan_comm_abort)", comm->rank);
+    set_async_error(comm, CCHAN_ERR_ABORTED, comm->rank, why);
+    __atomic_store_n(&comm->abort_request, 1, __ATOMIC_RELEASE);
+    tell_abort(comm);
+    return 0;
+}
+
+int cchan_comm_get_async_error(cchan_comm_t *comm, int *status) {
+    CCHANI_CHECK_ARG(comm != NULL && status != NULL, "cchan_comm_get_async_error");
+    int s = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    if (s) {
+        pthread_mutex_lock(&comm->async_lock);
+        (void)cchani_error(s, "cchan_comm_get_async_error", "rank %d: %s", comm->rank,
+                           comm->async_why);
+        pthread_mutex_unlock(&comm->async_lock);
+    }
+    *status = s;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- create / destroy */
 
 static void comm_free(cchan_comm_t *comm) {
+    stop_watcher(comm);
     if (comm->diag_host) {
         cchani_device_scope_t scope;
         if (cchani_device_enter(comm, &scope) == 0) {
@@ -222,6 +308,7 @@ static void comm_free(cchan_comm_t *comm) {
         }
     }
     free(comm->peers);
+    pthread_mutex_destroy(&comm->async_lock);
     free(comm);
 }
 
@@ -240,6 +327,7 @@ int cchan_comm_create(cchan_bootstrap_t *bs, const cchan_comm_config_t *cfg, cch
     comm->local_rank = cchan_bootstrap_local_rank(bs);
     comm->platform = CCHAN_PLATFORM_HOST;
     comm->device = -1;
+    pthread_mutex_init(&comm->async_lock, NULL);
     if (comm->rank < 0 || comm->nranks < 1 || comm->rank >= comm->nranks) {
         r = cchani_error(-EINVAL, "cchan_comm_create", "bootstrap reports rank %d of %d",
                          comm->rank, comm->nranks);
@@ -248,6 +336,7 @@ int cchan_comm_create(cchan_bootstrap_t *bs, const cchan_comm_config_t *cfg, cch
     }
     if (comm->local_rank < 0) comm->local_rank = comm->rank;
     r = exchange_info(comm, setup_local(comm, cfg));
+    if (!r) r = start_watcher(comm);
     if (r) {
         comm_free(comm);
         return r;
@@ -269,6 +358,8 @@ int cchan_comm_destroy(cchan_comm_t *comm) {
                             "%u registrations, semaphore sets or barriers of this communicator are "
                             "still alive; destroy them first",
                             live);
+    stop_watcher(comm);
+    if (__atomic_load_n(&comm->abort_request, __ATOMIC_ACQUIRE)) tell_abort(comm);
     int r = cchan_bootstrap_destroy(comm->bs);
     comm_free(comm);
     return r;
@@ -360,9 +451,39 @@ static int report_wait(const cchan_diag_t *g) {
     }
 }
 
+static const char *wait_name(uint32_t kind, char *buf, size_t n, const cchan_diag_t *g) {
+    switch (kind) {
+    case CCHAN_WAIT_SEMAPHORE: snprintf(buf, n, "semaphore %u from peer %d", g->id, g->peer); break;
+    case CCHAN_WAIT_PACKET: snprintf(buf, n, "LL packets from peer %d", g->peer); break;
+    case CCHAN_WAIT_FIFO_FULL: snprintf(buf, n, "a free proxy FIFO slot (channel %u)", g->id); break;
+    case CCHAN_WAIT_FLUSH: snprintf(buf, n, "a flush of port channel %u", g->id); break;
+    case CCHAN_WAIT_BARRIER: snprintf(buf, n, "barrier %u", g->id); break;
+    default: snprintf(buf, n, "wait kind %u", kind); break;
+    }
+    return buf;
+}
+
+static int report_abort(cchan_comm_t *comm, const cchan_diag_t *g) {
+    int status = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    if (!status) status = CCHAN_ERR_ABORTED;
+    char what[96], cause[64] = "";
+    int dead = __atomic_load_n(&g->abort_rank, __ATOMIC_RELAXED);
+    if (status == CCHAN_ERR_PEER_DEAD && dead >= 0)
+        snprintf(cause, sizeof cause, "peer %d died: ", dead);
+    pthread_mutex_lock(&comm->async_lock);
+    int r = cchani_error(status, "cchan_comm_check_device",
+                         "rank %d stopped waiting for %s (expected %llu, observed %llu): %s%s",
+                         g->rank, wait_name(g->kind, what, sizeof what, g),
+                         (unsigned long long)g->expected, (unsigned long long)g->observed, cause,
+                         comm->async_why);
+    pthread_mutex_unlock(&comm->async_lock);
+    return r;
+}
+
 int cchan_comm_check_device(cchan_comm_t *comm) {
     CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_check_device");
     const cchan_diag_t *g = comm->diag_host;
     if (cchan_load_acquire_sys_u32(&g->state) != CCHAN_DIAG_COMPLETE) return 0;
+    if (g->aborted) return report_abort(comm, g);
     return report_wait(g);
 }

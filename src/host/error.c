@@ -25,6 +25,8 @@ const char *cchan_strerror(int status) {
     case CCHAN_ERR_NO_RESOURCE: return "resource exhausted";
     case CCHAN_ERR_RANGE: return "size or offset out of range";
     case CCHAN_ERR_SYSTEM: return "system library error";
+    case CCHAN_ERR_PEER_DEAD: return "a peer rank died (communicator aborted)";
+    case CCHAN_ERR_ABORTED: return "communicator aborted";
     default: break;
     }
     if (status < 0 && status > -256) {

@@ -3,6 +3,8 @@
 #ifndef CCHAN_SRC_HOST_RUNTIME_H
 #define CCHAN_SRC_HOST_RUNTIME_H
 
+#include <pthread.h>
+
 #include "internal.h"
 
 /* What every rank learns about every other at cchan_comm_create (all-gathered). */
@@ -33,6 +35,15 @@ struct cchan_comm {
     uint64_t session;          /* random, equal on every rank (rank 0's) */
     uint32_t exchange_seq;     /* collective cchan_mem_exchange calls so far (equal on every rank) */
     uint32_t live_objects;     /* registrations, semaphore sets, barriers not yet destroyed */
+    /* Abort (comm.c): a watcher thread serves the bootstrap while no call does, and when a peer
+     * dies or any rank aborts, writes the status into diag_host->abort so that every wait ends. */
+    pthread_t watcher;
+    int watching;
+    int watch_stop;     /* atomic */
+    int abort_request;  /* atomic: cchan_comm_abort() on this rank, for the watcher to send */
+    int async_error;    /* atomic: 0, or the status every wait of this comm ends with */
+    pthread_mutex_t async_lock; /* guards async_why */
+    char async_why[1024];
 };
 
 /* Objects that point at the comm count themselves here; cchan_comm_destroy refuses (-EBUSY) while

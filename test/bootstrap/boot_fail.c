@@ -73,6 +73,20 @@ static void silent_rank(void) {
     expect_failure(allgather_8(), CCHAN_ERR_TIMEOUT, CCHAN_ERR_TIMEOUT, words, NULL);
 }
 
+/* The last rank never starts: the root reports it, and the others relay the root's words without
+ * suggesting that the root itself never answered. */
+static void missing_rank(void) {
+    if (rank == size - 1) {
+        usleep(5000 * 1000);
+        exit(0);
+    }
+    int rc = cchan_bootstrap_create_from_env(&bs);
+    char words[64];
+    snprintf(words, sizeof words, "first missing: rank %d", size - 1);
+    BOOT_CHECK(!strstr(cchan_last_error(), "never answered"));
+    expect_failure(rc, CCHAN_ERR_TIMEOUT, CCHAN_ERR_TIMEOUT, words, rank ? "rank 0 reports" : NULL);
+}
+
 /* The last rank uses another job's session: it is turned away, the others time out saying why. */
 static void wrong_session(void) {
     if (rank == size - 1) {
@@ -95,7 +109,7 @@ static int root_port(void) {
 static void port_in_use(void) {
     if (rank != 0)
         expect_failure(cchan_bootstrap_create_from_env(&bs), CCHAN_ERR_TIMEOUT, CCHAN_ERR_TIMEOUT,
-                       "the root never answered", "127.0.0.1");
+                       "never answered the handshake", "127.0.0.1");
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)root_port()),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -173,14 +187,20 @@ static size_t read_until_closed(int fd, uint8_t *buf, size_t cap) {
     }
 }
 
-/* The root turns the connection away; when it answers, its ERROR message holds `words`. */
+/* The root turns the connection away; when it answers, its ERROR message holds `words`, and never
+ * the session key: whatever a stranger sends, it learns nothing it could join the job with. */
 static void expect_rejected(const target_t *t, int fd, const char *words) {
     uint8_t reply[CCHANI_BOOT_HDR_BYTES + 4 + CCHANI_BOOT_MAX_ERROR_TEXT + 1] = {0};
     size_t got = read_until_closed(fd, reply, sizeof reply - 1);
     close(fd);
+    for (size_t i = 0; i + 8 <= got; i++)
+        if (cchani_get_le64(reply + i) == t->expect.session) {
+            fprintf(stderr, "rank %d: the root's rejection holds the session key\n", rank);
+            exit(1);
+        }
     if (!words) return;
     cchani_boot_hdr_t h;
-    BOOT_OK(cchani_boot_hdr_decode(reply, got, &t->expect, &h));
+    BOOT_OK(cchani_boot_hdr_decode_open(reply, got, &t->expect, &h));
     BOOT_CHECK(h.type == CCHANI_BOOT_ERROR && h.src == 0);
     BOOT_CHECK(got == CCHANI_BOOT_HDR_BYTES + h.len);
     const char *text = (const char *)reply + CCHANI_BOOT_HDR_BYTES + 4;
@@ -190,15 +210,37 @@ static void expect_rejected(const target_t *t, int fd, const char *words) {
     }
 }
 
-static int send_header(const target_t *t, uint16_t type, uint64_t session, uint64_t len,
-                       size_t cut) {
-    cchani_boot_hdr_t h = {
-        CCHANI_BOOT_MAGIC, CCHANI_BOOT_WIRE_VERSION, type, 0, rank, session, len};
+static void write_header(int fd, uint16_t type, int32_t tag, uint64_t session, uint64_t len,
+                         size_t cut) {
+    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, CCHANI_BOOT_WIRE_VERSION, type, tag, rank, session,
+                           len};
     uint8_t buf[CCHANI_BOOT_HDR_BYTES];
     cchani_boot_hdr_encode(&h, buf);
-    int fd = connect_root(t);
     send_bytes(fd, buf, cut ? cut : sizeof buf);
+}
+
+static int send_header(const target_t *t, uint16_t type, uint64_t session, uint64_t len,
+                       size_t cut) {
+    int fd = connect_root(t);
+    write_header(fd, type, 0, session, len, cut);
     return fd;
+}
+
+/* Starts the handshake as this rank and reads the root's answer; returns the root's nonce. */
+static uint64_t send_auth(int fd, uint64_t nonce_c) {
+    write_header(fd, CCHANI_BOOT_AUTH, 0, nonce_c, 0, 0);
+    uint8_t answer[CCHANI_BOOT_HDR_BYTES + CCHANI_BOOT_PROOF_BYTES];
+    size_t got = 0;
+    double until = boot_now_s() + 5;
+    while (got < sizeof answer) {
+        BOOT_CHECK(boot_now_s() < until);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t n = recv(fd, answer + got, sizeof answer - got, 0);
+        BOOT_CHECK(n > 0);
+        got += (size_t)n;
+    }
+    return cchani_get_le64(answer + 16);
 }
 
 static void attack_root(const target_t *t) {
@@ -213,14 +255,25 @@ static void attack_root(const target_t *t) {
     expect_rejected(t, fd, "truncated header");
 
     fd = send_header(t, CCHANI_BOOT_P2P, t->expect.session, (uint64_t)1 << 40, 0);
-    expect_rejected(t, fd, "oversized P2P");
+    expect_rejected(t, fd, "before proving the session key");
 
     fd = send_header(t, CCHANI_BOOT_HELLO, t->expect.session, CCHANI_BOOT_HELLO_BYTES, 0);
+    expect_rejected(t, fd, "the handshake expects AUTH");
+
+    fd = connect_root(t);
+    send_auth(fd, 42);
+    write_header(fd, CCHANI_BOOT_HELLO, 0, 0, CCHANI_BOOT_HELLO_BYTES, 0);
     send_bytes(fd, "0123456789", 10);
     shutdown(fd, SHUT_WR); /* truncated payload */
     expect_rejected(t, fd, "truncated message");
 
-    fd = send_header(t, CCHANI_BOOT_HELLO, t->expect.session ^ 1, CCHANI_BOOT_HELLO_BYTES, 0);
+    /* A HELLO whose proof was made with another key. */
+    fd = connect_root(t);
+    uint64_t nonce_s = send_auth(fd, 43);
+    uint8_t hello[CCHANI_BOOT_HELLO_BYTES] = {0};
+    cchani_put_le64(hello, cchani_boot_proof(t->expect.session ^ 1, 'C', 43, nonce_s, rank, 0));
+    write_header(fd, CCHANI_BOOT_HELLO, 0, 0, sizeof hello, 0);
+    send_bytes(fd, hello, sizeof hello);
     expect_rejected(t, fd, "session key mismatch");
 }
 
@@ -258,6 +311,8 @@ int main(int argc, char **argv) {
         early_exit(size - 1);
     else if (!strcmp(s, "root-exit"))
         early_exit(0);
+    else if (!strcmp(s, "missing-rank"))
+        missing_rank();
     else if (!strcmp(s, "silent-rank"))
         silent_rank();
     else if (!strcmp(s, "wrong-session"))

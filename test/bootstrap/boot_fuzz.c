@@ -29,6 +29,7 @@ static uint64_t limit(const cchani_boot_hdr_t *h, const cchani_boot_expect_t *ex
     case CCHANI_BOOT_COLL:
         return ex->coll_len != UINT64_MAX ? ex->coll_len : CCHANI_BOOT_MAX_PAYLOAD;
     case CCHANI_BOOT_ERROR: return 4 + CCHANI_BOOT_MAX_ERROR_TEXT;
+    case CCHANI_BOOT_AUTH: return CCHANI_BOOT_PROOF_BYTES;
     default: return CCHANI_BOOT_MAX_PAYLOAD;
     }
 }
@@ -54,12 +55,31 @@ static void fuzz_header(uint8_t *data, size_t size, uint8_t mode) {
     }
     check(size >= CCHANI_BOOT_HDR_BYTES);
     check(h.magic == CCHANI_BOOT_MAGIC && h.session == ex.session && h.version == ex.version);
-    check(h.type >= CCHANI_BOOT_HELLO && h.type <= CCHANI_BOOT_ERROR);
+    check(h.type >= CCHANI_BOOT_HELLO && h.type <= CCHANI_BOOT_AUTH);
     check(h.src >= 0 && h.src < ex.nranks);
     check(h.len <= limit(&h, &ex));
     uint8_t again[CCHANI_BOOT_HDR_BYTES];
     cchani_boot_hdr_encode(&h, again);
     check(memcmp(again, data, sizeof again) == 0);
+}
+
+/* What an unauthenticated connection may send: only the handshake's types and an ERROR, within
+ * their limits (another version's HELLO: its proof and at most CCHANI_BOOT_MAX_FOREIGN_HELLO). */
+static void fuzz_open_header(const uint8_t *data, size_t size, uint8_t mode) {
+    cchani_boot_expect_t ex = {0x1234567890abcdefull, CCHANI_BOOT_WIRE_VERSION, 1 + (mode >> 3),
+                               UINT64_MAX};
+    cchani_boot_hdr_t h;
+    int rc = cchani_boot_hdr_decode_open(data, size, &ex, &h);
+    if (rc) {
+        check(rc == CCHAN_ERR_PROTOCOL);
+        return;
+    }
+    check(h.type == CCHANI_BOOT_AUTH || h.type == CCHANI_BOOT_HELLO || h.type == CCHANI_BOOT_ERROR);
+    check(h.src >= 0 && h.src < ex.nranks);
+    check(h.len <= (h.type == CCHANI_BOOT_HELLO ? CCHANI_BOOT_MAX_FOREIGN_HELLO : limit(&h, &ex)));
+    char text[64];
+    cchani_boot_sanitize(text, sizeof text, data, size);
+    for (size_t i = 0; text[i]; i++) check(text[i] >= 0x20 && text[i] < 0x7f);
 }
 
 static void fuzz_record(const uint8_t *data, size_t size) {
@@ -95,6 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!copy) return 0;
     memcpy(copy, data + 1, size - 1);
     fuzz_header(copy, size - 1, data[0]);
+    memcpy(copy, data + 1, size - 1);
+    if (size - 1 >= 4 && (data[0] & 1)) memcpy(copy, "CCBT", 4);
+    fuzz_open_header(copy, size - 1, data[0]);
     free(copy);
     fuzz_record(data + 1, size - 1);
     fuzz_unique_id(data + 1, size - 1);

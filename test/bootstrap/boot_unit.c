@@ -194,6 +194,55 @@ static void test_header_lengths(void **state) {
     assert_error(decode(&h, &expect, CCHANI_BOOT_HDR_BYTES), CCHAN_ERR_PROTOCOL, "oversized COLL");
 }
 
+/* SipHash-2-4 reference vectors (key 00..0f, messages 00..len-1). */
+static void test_siphash(void **state) {
+    uint8_t msg[15];
+    for (int i = 0; i < 15; i++) msg[i] = (uint8_t)i;
+    uint64_t k0 = 0x0706050403020100ull, k1 = 0x0f0e0d0c0b0a0908ull;
+    assert_true(cchani_siphash(k0, k1, msg, 0) == 0x726fdb47dd0e0e31ull);
+    assert_true(cchani_siphash(k0, k1, msg, 15) == 0xa129ca6149be45e5ull);
+    /* Proofs depend on the key, the role and both nonces. */
+    uint64_t p = cchani_boot_proof(1, 'C', 2, 3, 1, 0);
+    assert_true(p != cchani_boot_proof(2, 'C', 2, 3, 1, 0));
+    assert_true(p != cchani_boot_proof(1, 'L', 2, 3, 1, 0));
+    assert_true(p != cchani_boot_proof(1, 'C', 2, 4, 1, 0));
+    assert_true(p != cchani_boot_proof(1, 'C', 2, 3, 2, 0));
+}
+
+/* An unauthenticated connection may send only the handshake and an ERROR, with any session field
+ * (a nonce) and, for a HELLO, another version's length. */
+static void test_header_open(void **state) {
+    cchani_boot_hdr_t h = valid_hdr(), out;
+    uint8_t buf[CCHANI_BOOT_HDR_BYTES];
+    h.type = CCHANI_BOOT_AUTH;
+    h.len = 0;
+    h.session = 12345;
+    cchani_boot_hdr_encode(&h, buf);
+    assert_int_equal(cchani_boot_hdr_decode_open(buf, sizeof buf, &expect, &out), 0);
+    h.type = CCHANI_BOOT_P2P;
+    cchani_boot_hdr_encode(&h, buf);
+    assert_error(cchani_boot_hdr_decode_open(buf, sizeof buf, &expect, &out), CCHAN_ERR_PROTOCOL,
+                 "before proving the session key");
+    h.type = CCHANI_BOOT_HELLO;
+    h.version = 99;
+    h.len = 200;
+    cchani_boot_hdr_encode(&h, buf);
+    assert_int_equal(cchani_boot_hdr_decode_open(buf, sizeof buf, &expect, &out), 0);
+    h.len = CCHANI_BOOT_MAX_FOREIGN_HELLO + 1;
+    cchani_boot_hdr_encode(&h, buf);
+    assert_error(cchani_boot_hdr_decode_open(buf, sizeof buf, &expect, &out), CCHAN_ERR_PROTOCOL,
+                 "payload bytes");
+}
+
+static void test_sanitize(void **state) {
+    char out[16];
+    const uint8_t text[] = "ab\033[2J\ncd\377efghijklmnopq";
+    cchani_boot_sanitize(out, sizeof out, text, sizeof text - 1);
+    assert_string_equal(out, "ab?[2J?cd?efghi");
+    cchani_boot_sanitize(out, sizeof out, (const uint8_t *)"x\0y", 3);
+    assert_string_equal(out, "x");
+}
+
 static void test_record(void **state) {
     cchani_boot_peer_record_t in, out;
     memset(&in, 0, sizeof in);
@@ -449,6 +498,9 @@ int main(void) {
         cmocka_unit_test(test_header_rejections),
         cmocka_unit_test(test_header_lengths),
         cmocka_unit_test(test_record),
+        cmocka_unit_test(test_siphash),
+        cmocka_unit_test(test_header_open),
+        cmocka_unit_test(test_sanitize),
         cmocka_unit_test_setup_teardown(test_env_cchan_run, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_env_torchrun, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_env_open_mpi, clear_env, clear_env),

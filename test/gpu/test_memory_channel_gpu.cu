@@ -1043,6 +1043,7 @@ static void case_graph_replay(gt_ctx_t *ctx) {
 
 #define TO_DEADLINE_MS 2000u
 #define TO_LL_FLAG 0x5EEDu
+#define DEAD_AFTER_MS 500u /* kind "dead": rank 1's child dies this long after the barrier */
 
 __global__ void k_to_wait_sem(cchan_memory_channel_t ch) { cchan_memory_channel_wait(&ch); }
 __global__ void k_to_wait_ll8(cchan_memory_channel_t ch) {
@@ -1089,10 +1090,12 @@ static int timeout_child_main(int argc, char **argv) {
     cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
     cfg.platform = CCHAN_PLATFORM_CUDA;
     cfg.device = dev;
-    cfg.timeout_ms = TO_DEADLINE_MS;
+    /* Kind "dead": no deadline at all; the wait must end because rank 1 dies. */
+    const int dead = !strcmp(kind, "dead");
+    cfg.timeout_ms = dead ? 0 : TO_DEADLINE_MS;
     cchan_comm_t *comm;
     CHILD_CHECK(cchan_comm_create(bs, &cfg, &comm));
-    CHILD_CHECK(cchan_comm_set_timeout_ms(comm, TO_DEADLINE_MS));
+    CHILD_CHECK(cchan_comm_set_timeout_ms(comm, dead ? 0 : TO_DEADLINE_MS));
     cchan_mem_t *buf, *peers[2];
     CHILD_CHECK(cchan_mem_alloc(comm, 2 * GT_MiB, 0, &buf));
     CHILD_CHECK(cchan_mem_exchange(comm, buf, peers));
@@ -1101,8 +1104,12 @@ static int timeout_child_main(int argc, char **argv) {
     cchan_memory_channel_t ch;
     CHILD_CHECK(cchan_memory_channel_init(comm, set, rank ^ 1, 0, peers[rank ^ 1], buf, buf, &ch));
     CHILD_CHECK(cchan_bootstrap_barrier(bs));
+    if (dead && rank == 1) {
+        usleep(DEAD_AFTER_MS * 1000);
+        _exit(0); /* no teardown: to rank 0 this rank died */
+    }
     if (rank == 0) {
-        printf("GT-CHILD launched kind=%s deadline_ms=%u\n", kind, TO_DEADLINE_MS);
+        printf("GT-CHILD launched kind=%s deadline_ms=%u\n", kind, dead ? 0 : TO_DEADLINE_MS);
         double t0 = gt_now_ms();
         if (!strcmp(kind, "ll8"))
             k_to_wait_ll8<<<1, 64>>>(ch);
@@ -1118,14 +1125,17 @@ static int timeout_child_main(int argc, char **argv) {
         printf("GT-CHILD check_device=%d\n", st);
         printf("GT-CHILD diag=%s\n", st ? cchan_last_error() : "");
     }
-    CHILD_CHECK(cchan_bootstrap_barrier(bs));
+    if (!dead) CHILD_CHECK(cchan_bootstrap_barrier(bs));
     fflush(stdout);
     _exit(0); /* rank 0's CUDA context is gone: no orderly teardown */
 #undef CHILD_CHECK
 #undef CHILD_CUDA
 }
 
-static void timeout_run(gt_ctx_t *ctx, const char *kind, const char *const *want, int nwant) {
+/* want_status: what cchan_comm_check_device must return after the kernel failed, between lo_ms
+ * and hi_ms after its launch. */
+static void child_run(gt_ctx_t *ctx, const char *kind, const char *const *want, int nwant,
+                      int want_status, double lo_ms, double hi_ms) {
     cchan_unique_id_t id;
     memset(&id, 0, sizeof id);
     if (ctx->rank == 0) {
@@ -1166,11 +1176,12 @@ static void timeout_run(gt_ctx_t *ctx, const char *kind, const char *const *want
                   "%s: the waiting kernel did not fail (sync=%s)", kind,
                   s_sync ? s_sync : "(none)");
         double ms = s_el ? atof(s_el) : -1;
-        GT_EXPECT(ctx, ms >= 0.9 * TO_DEADLINE_MS && ms <= TO_DEADLINE_MS + 20000.0,
-                  "%s: the kernel failed after %.0f ms; deadline %u ms", kind, ms, TO_DEADLINE_MS);
-        GT_EXPECT(ctx, s_st && atoi(s_st) == CCHAN_ERR_DEVICE_TIMEOUT,
-                  "%s: cchan_comm_check_device returned %s, want %d (CCHAN_ERR_DEVICE_TIMEOUT)",
-                  kind, s_st ? s_st : "(none)", CCHAN_ERR_DEVICE_TIMEOUT);
+        GT_EXPECT(ctx, ms >= lo_ms && ms <= hi_ms,
+                  "%s: the kernel failed after %.0f ms; expected %.0f..%.0f ms", kind, ms, lo_ms,
+                  hi_ms);
+        GT_EXPECT(ctx, s_st && atoi(s_st) == want_status,
+                  "%s: cchan_comm_check_device returned %s, want %d (%s)", kind,
+                  s_st ? s_st : "(none)", want_status, cchan_strerror(want_status));
         for (int k = 0; k < nwant; k++)
             GT_EXPECT(ctx, s_diag && strstr(s_diag, want[k]),
                       "%s: diagnostic lacks \"%s\": \"%.1000s\"", kind, want[k],
@@ -1185,8 +1196,18 @@ static void case_wait_timeout(gt_ctx_t *ctx) {
                                            "observed 0"};
     static const char *const want_ll8[] = {"timed out", "LL packets", "peer 1",
                                            "expected flag 24301", "observed flag 0"};
-    timeout_run(ctx, "sem", want_sem, 5);
-    timeout_run(ctx, "ll8", want_ll8, 5);
+    const double lo = 0.9 * TO_DEADLINE_MS, hi = TO_DEADLINE_MS + 20000.0;
+    child_run(ctx, "sem", want_sem, 5, CCHAN_ERR_DEVICE_TIMEOUT, lo, hi);
+    child_run(ctx, "ll8", want_ll8, 5, CCHAN_ERR_DEVICE_TIMEOUT, lo, hi);
+}
+
+/* A device wait with no deadline ends when its peer dies: rank 1's child exits without teardown
+ * while rank 0's kernel waits for its signal; within about a second the kernel traps and
+ * cchan_comm_check_device() names the dead peer. */
+static void case_peer_dead_wait(gt_ctx_t *ctx) {
+    static const char *const want[] = {"stopped waiting for semaphore", "peer 1 died"};
+    child_run(ctx, "dead", want, 2, CCHAN_ERR_PEER_DEAD, 0.8 * DEAD_AFTER_MS,
+              DEAD_AFTER_MS + 3000.0);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1233,6 +1254,7 @@ static void mc_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "rank_barrier", case_rank_barrier, 60);
     gt_run(ctx, "graph_replay_1000", case_graph_replay, 120);
     gt_run(ctx, "wait_timeout", case_wait_timeout, 240);
+    gt_run(ctx, "peer_dead_wait", case_peer_dead_wait, 60);
 }
 
 int main(int argc, char **argv) {
