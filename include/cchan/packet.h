@@ -158,7 +158,7 @@ CCHAN_DEVICE_INLINE int cchan_ll8_read(const cchan_vec8_t *pkts, void *dst, uint
     uint8_t *d = (uint8_t *)dst;
     uint64_t n = (bytes + 3) / 4;
     for (uint64_t i = tid; i < n; i += nthreads) {
-        uint32_t w;
+        uint32_t w = 0; /* written when r == 0; the initializer quiets gcc's maybe-uninitialized */
         int r = cchan_ll8_read_one(&pkts[i], flag, ctl, &w);
         if (CCHAN_UNLIKELY(r)) return r;
         uint64_t left = bytes - i * 4;
