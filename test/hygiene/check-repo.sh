@@ -21,7 +21,7 @@
 #
 # links: each [text](target) and <img src=...> whose target is not a URL must name a tracked or
 # existing path relative to the page; a #fragment on a Markdown page must match one of its
-# headings (GitHub's anchors). Pages named in links-pending.txt (pages other branches add) are
+# headings (GitHub's anchors); README.md must link every page of docs/ (its index). Pages named in links-pending.txt (pages other branches add) are
 # reported while absent and fail once present, so the entry gets removed.
 set -uo pipefail
 
@@ -155,6 +155,16 @@ check_links() {
             grep -oE '\]\([^) ]+( "[^"]*")?\)|src="[^"]+"' |
             sed -E -e 's/^\]\(([^) ]+).*\)$/\1/' -e 's/^src="([^"]+)"$/\1/')
     done
+    # The README's index links every page of docs/.
+    local indexed
+    indexed=$(awk '/^```/ { fence = !fence; next } !fence' README.md 2>/dev/null |
+        grep -oE '\]\(docs/[^)#]+\.md' | sed 's/^](//' | LC_ALL=C sort -u)
+    for p in $(git ls-files -- 'docs/*.md' | grep -v '^docs/.*/'); do
+        if ! printf '%s\n' "$indexed" | grep -qxF "$p"; then
+            echo "FAIL: $p is not linked from README.md (the documentation index)"
+            fail=1
+        fi
+    done
     for p in "${pend[@]}"; do
         if [ -e "$p" ]; then
             echo "FAIL: $p is in links-pending.txt but exists now: remove the entry"
@@ -249,12 +259,17 @@ self_test() {
     git -C "$r" rm -q -f docs/bad.md
     expect 1 "a stale allowlist entry fails" history "$r"
     : >"$t/hyg/history-allowlist.txt"
-    printf '# Guide\n\nsee [x](missing.md)\n' >"$r/docs/bad.md"
-    git -C "$r" add docs/bad.md
+    printf '# Orphan\n' >"$r/docs/orphan.md"
+    git -C "$r" add docs/orphan.md
+    expect 1 "links catches a page the README does not link" links "$r"
+    git -C "$r" rm -q -f docs/orphan.md
+    cp "$r/README.md" "$t/README.md"
+    printf 'see [x](docs/missing.md)\n' >>"$r/README.md"
     expect 1 "links catches a missing page" links "$r"
-    printf '# Guide\n\nsee [x](guide.md#no-such-heading)\n' >"$r/docs/bad.md"
+    cp "$t/README.md" "$r/README.md"
+    printf 'see [x](docs/guide.md#no-such-heading)\n' >>"$r/README.md"
     expect 1 "links catches a missing anchor" links "$r"
-    git -C "$r" rm -q -f docs/bad.md
+    cp "$t/README.md" "$r/README.md"
     printf '# API\n' >"$r/docs/api.md"
     expect 1 "a pending page that exists fails" links "$r"
     rm "$r/docs/api.md"
