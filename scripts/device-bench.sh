@@ -16,7 +16,8 @@ ARCH=${CUDA_ARCH:-90}
 DEST=${OUT:-$BUILD/bench-out}
 mkdir -p "$DEST" "$BUILD"
 
-# cchan never creates multicast objects unless asked; make sure nothing here asks (DESIGN.md §8).
+# cchan never creates multicast objects unless asked; make sure nothing here asks
+# (docs/architecture.md, safety on shared GPU machines).
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then

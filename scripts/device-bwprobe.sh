@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cchan-bw-probe on a machine with two GPUs (issue 7): the bandwidth of each way of moving data
+# cchan-bw-probe on a machine with two GPUs: the bandwidth of each way of moving data
 # between them (copy engines pushing or pulling on 1-8 streams, SM stores or loads, TMA bulk
 # copies, copy engine + SM mixes), with one GPU sending and with both at once, no cchan code.
 # About 20 s with the build.
@@ -11,7 +11,7 @@
 # whole number of 2 MiB: small pages); copy engines and mixes in two processes, with and without
 # that padding).
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
+export NCCL_NVLS_ENABLE=0 # never multicast here (docs/architecture.md)
 unset CCHAN_NVLS
 . "$(dirname "$0")/probe-run.sh"
 runs=" |--pad 4096 --only push|--procs --only ce-|--procs --pad 4096 --only ce-push"

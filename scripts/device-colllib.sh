@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp}
 BUILD=${BUILD:-build-colllib-dev}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md §8)
+export NCCL_NVLS_ENABLE=0 # never multicast here (docs/architecture.md)
 unset CCHAN_NVLS
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cchan_coll tuning sweep on the 2-GPU machine (issue 7), in about 200 s with the build.
+# cchan_coll tuning sweep on the 2-GPU machine, in about 200 s with the build.
 # The steps change with what is being tuned; git log shows earlier sets. Now:
 #   1. test_coll_gpu: the CE all-pairs, graph and automatic cases;
 #   2. cchan-coll-bench, NCCL measured in the same run: CE AllReduce with the copy-engine
@@ -17,7 +17,7 @@ BUILD=${BUILD:-build-colltune-dev}
 BUDGET=${BUDGET:-240}
 LOG=$OUT/colltune
 mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0 # never multicast here (DESIGN.md section 8)
+export NCCL_NVLS_ENABLE=0 # never multicast here (docs/architecture.md)
 unset CCHAN_NVLS
 export CCHAN_TIMEOUT_MS=${CCHAN_TIMEOUT_MS:-20000} # a lost signal traps instead of hanging
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
@@ -74,7 +74,7 @@ step() {
     say "$name: exit ${RC[$name]}"
 }
 B=(-n 5 -w 2 -r 3 -c 0) # large sizes: timing only (the test and the checked steps cover results)
-# Session 5, run 14: after a review refactor of coll.c (one zero-copy check, one CE AllReduce chunk
+# Current steps: after a review refactor of coll.c (one zero-copy check, one CE AllReduce chunk
 # helper, the registration regions derived in coll_pick): every test_coll_gpu case, and the
 # automatic 1 GiB AllReduce and 1 MiB ReduceScatter against NCCL.
 step test 90 "$TEST"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the GPU test suites (test/gpu, DESIGN.md §6 tier 5) on a machine with two GPUs,
+# Builds and runs the GPU test suites (test/gpu, testing tier 5) on a machine with two GPUs,
 # one process per GPU. Run from anywhere in the repository:
 #
 #   scripts/device-gpu-tests.sh
@@ -32,7 +32,8 @@ RUN_TIMEOUT=${GPU_TEST_TIMEOUT:-600}
 LOGDIR=${OUT:-$BUILD/gpu-logs}
 mkdir -p "$LOGDIR" "$BUILD"
 
-# cchan never creates multicast objects unless asked; make sure nothing here asks (DESIGN.md §8).
+# cchan never creates multicast objects unless asked; make sure nothing here asks
+# (docs/architecture.md, safety on shared GPU machines).
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS
 

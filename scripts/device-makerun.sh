@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run` on a GPU machine, timed, exactly as a user would type it (issue 6: under 5 minutes on
+# `make run` on a GPU machine, timed, exactly as a user would type it (target: under 5 minutes on
 # two H200s), with its JSON, log and charts copied to $OUT and the summary table printed last.
 #
 #   scripts/device-makerun.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MoE dispatch/combine (issue 8) on a machine with two GPUs, in one call: builds libcchan,
+# MoE dispatch/combine on a machine with two GPUs, in one call: builds libcchan,
 # cchan-run, the cchan_moe library, test_moe_gpu and cchan-moe-bench for sm_90, runs the GPU test
 # (with the default implementation choices, then with each of TEST_VARIANTS) and the benchmark
 # (LL and HT at the DeepSeek-V3 shape against the NCCL all-to-all dispatcher, once per entry of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU run of libcchan_nccl (issue 11) on a machine with two GPUs, from the repository root:
+# GPU run of libcchan_nccl on a machine with two GPUs, from the repository root:
 # builds the shim and nccl-tests (from .ext/nccl-tests, or NCCL_TESTS_SRC) concurrently, runs
 # nccl-tests with the real NCCL and with the shim (AllReduce, AllGather, ReduceScatter with -g 2 in
 # one process; AllReduce one process per GPU under mpirun; AllReduce with window registration -R 2),

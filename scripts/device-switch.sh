@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Switch channel (issue 5) on a machine with two GPUs, in one call: builds libcchan, cchan-run,
+# Switch channel on a machine with two GPUs, in one call: builds libcchan, cchan-run,
 # cchan-bench and test_switch_channel_gpu for sm_90, runs the GPU test (portable path, every type,
 # 16 B .. 256 MiB) and `cchan-bench switch-bw` (reduce/broadcast vs plain SM kernels, AllReduce vs
 # NCCL in the same run), keeps the logs under $OUT and prints a short summary last. Under 150 s.
@@ -9,7 +9,7 @@
 # Environment: OUT (logs; default build-device-switch/out), BUILD (default build-device-switch),
 # JOBS, BENCH_ARGS (extra cchan-bench options), SWITCH_CASES (only these GPU-test cases, e.g.
 # "reduce_f32,allreduce_rank_barrier"; default all).
-# Multicast is never requested here, and refused by cchan and NCCL alike (DESIGN.md §8).
+# Multicast is never requested here, and refused by cchan and NCCL alike (docs/architecture.md).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-ranks.sh

@@ -46,7 +46,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 TAG=$(echo "$EXTRA" | tr -c 'A-Za-z0-9\n' '_' | sed 's/^_*//; s/_*$//')
 TAG=${TAG:+-$TAG}
 export NVCC_GENCODE=${NVCC_GENCODE:-"-gencode=arch=compute_90,code=sm_90"}
-# cchan never creates multicast objects; keep NCCL from doing so either (DESIGN.md §8).
+# cchan never creates multicast objects; keep NCCL from doing so either (docs/architecture.md).
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS
 

@@ -15,7 +15,8 @@ BUILD=${BUILD:-build}
 RESULTS=${RESULTS:-$BUILD/bench-results.json}
 LOG=${RESULTS%.json}.log
 
-# cchan never creates multicast objects unless asked; make sure nothing here asks (DESIGN.md §8).
+# cchan never creates multicast objects unless asked; make sure nothing here asks
+# (docs/architecture.md, safety on shared GPU machines).
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test tier this machine can run (DESIGN.md §6), in three builds:
+# Runs every test tier this machine can run (docs/architecture.md, testing tiers), in three builds:
 #
 #   main  $BUILD       the default build: CUDA when nvcc is found (so examples, benches and GPU
 #                      tests compile), every test including the compile matrix (label "compile")

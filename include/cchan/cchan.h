@@ -1,6 +1,6 @@
 /* cchan host API: bootstrap, communicator, memory registration, semaphores, channels, proxies.
  *
- * Conventions (DESIGN.md §4):
+ * Conventions (docs/architecture.md, host contract):
  *   - every call returns int: 0 on success, a negative status (status.h) on failure;
  *   - output arguments come last and are written only on success;
  *   - on failure, cchan_last_error() holds a message for the calling thread that says what failed

@@ -1,5 +1,5 @@
 /* cchan switch channel: element-wise reduce and broadcast over one symmetric buffer of every member
- * of a group (DESIGN.md §3, switch-mapped I/O).
+ * of a group (switch-mapped I/O: docs/switch_channel.md).
  *
  * Every member registered a buffer `buf` of the same size; the channel also names one local buffer
  * `local` per member (it may be `buf` itself):

@@ -1,6 +1,6 @@
 /* Optional system libraries, looked up at run time so that cchan works without them and says what
- * is missing (DESIGN.md §5): libibverbs for the ib transport, NVML for GPU topology. libnuma is
- * linked at build time when its header is present (cchan_version() says whether). */
+ * is missing (docs/architecture.md): libibverbs for the ib transport, NVML for GPU topology.
+ * libnuma is linked at build time when its header is present (cchan_version() says whether). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>

@@ -6,9 +6,10 @@
  * Multicast path (NVLink SHARP, CUDA only): on top of the portable mappings, rank 0 creates a
  * multicast object, the others import it (POSIX fd, pidfd_getfd), every rank adds its GPU, binds
  * its buffer and maps the multicast range. Multicast objects can take a shared machine's GPUs out
- * of service (DESIGN.md §8), so this runs only on an explicit opt-in (CCHAN_SWITCH_MULTICAST or
- * CCHAN_NVLS=1) and is refused outright where NCCL_NVLS_ENABLE=0 is set; cchan's own tests, benches
- * and examples never opt in (test/switch/check-no-multicast.sh checks the sources).
+ * of service (docs/architecture.md), so this runs only on an explicit opt-in
+ * (CCHAN_SWITCH_MULTICAST or CCHAN_NVLS=1) and is refused outright where NCCL_NVLS_ENABLE=0 is
+ * set; cchan's own tests, benches and examples never opt in (test/switch/check-no-multicast.sh
+ * checks the sources).
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -3,9 +3,9 @@
  * put:    cudaMemcpyAsync(cudaMemcpyDefault) on a non-blocking stream owned by the channel, so the
  *         copy engine moves the data and the channel's copies stay in order.
  * signal: the peer waits on a counter in host-pinned memory. When nothing of the channel is in
- *         flight, the proxy stores the count there at once (BASELINES.md: 2.6 us one way, against
- *         6.6 us for a stream memory operation, whose cost is stream submission). Otherwise the
- *         signal waits in a completion queue behind the channel's copies and the proxy stores the
+ *         flight, the proxy stores the count there at once (far cheaper than a stream memory
+ *         operation, whose cost is stream submission: docs/port_channel.md). Otherwise the signal
+ *         waits in a completion queue behind the channel's copies and the proxy stores the
  *         count when they have finished, polling without ever blocking: the signal still follows
  *         the channel's puts, and no stream work sits on its path.
  * flush:  the same completion queue; flush_done is raised when all work issued before it is done.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# DESIGN.md §8: no test, bench, example or device script of this repository may create a multicast
-# object. This checks the sources:
+# Safety on shared GPU machines (docs/architecture.md): no test, bench, example or device script
+# of this repository may create a multicast object. This checks the sources:
 #   - nothing outside src/host/switch.c names a cuMulticast* driver call;
 #   - the opt-in (CCHAN_SWITCH_MULTICAST, CCHAN_NVLS set to 1) appears only in test/switch/sw_ops.c,
 #     which uses it to check the refusals on a host-platform communicator with NCCL_NVLS_ENABLE=0;
