@@ -269,10 +269,10 @@ struct gt_ctx {
     gt_result_t *res; /* device */
     uint64_t device_timeout_ms;
     int passed, failed, skipped;
-    const char *case_name; /* the running case */
-    int case_ok;           /* this rank's verdict on the running case */
-    int peer;              /* GT_PAIRS cases: this round's partner; otherwise -1 */
-    int pair_round, nrounds;  /* GT_PAIRS cases: the running round and how many */
+    const char *case_name;   /* the running case */
+    int case_ok;             /* this rank's verdict on the running case */
+    int peer;                /* GT_PAIRS cases: this round's partner; otherwise -1 */
+    int pair_round, nrounds; /* GT_PAIRS cases: the running round and how many */
     unsigned watchdog_override_s;
     char cases[1024]; /* --case filter, ",a,b," form; empty: all */
     int list_only;
@@ -482,6 +482,76 @@ static inline int gt_report_result(gt_ctx_t *ctx, const gt_result_t *r, const ch
 
 static inline void *gt_mem_ptr(const cchan_mem_t *m) { return cchan_mem_ptr(m); }
 
+/* ------------------------------------------------------------------ a kernel hogging the SMs
+ *
+ * For cases that check a kernel never depends on co-residency nothing guaranteed it: a stand-in
+ * kernel that spins on a second stream, one block per SM (its shared memory fills the SM), on most
+ * SMs, and ends on its own after `ms`. The kernel under test launched meanwhile gets few SMs and
+ * only part of its grid resident until the hog ends: it must finish after it, and be correct. */
+
+/* state[0]: blocks started; state[1]: when the first block started (globaltimer). Every block ends
+ * at state[1] + ns, so blocks that only got an SM late (fewer SMs than blocks, as under MPS with a
+ * thread percentage) end with the others instead of stretching the hog. */
+__global__ void gt_hog_kernel(unsigned long long ns, unsigned long long *state) {
+    extern __shared__ unsigned char gt_hog_smem[];
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    __shared__ unsigned long long t0;
+    if (threadIdx.x == 0) {
+        gt_hog_smem[0] = 1;
+        unsigned long long prev = atomicCAS(&state[1], 0ull, now);
+        t0 = prev ? prev : now;
+        atomicAdd(&state[0], 1ull);
+        __threadfence_system();
+    }
+    __syncthreads();
+    for (;;) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - t0 >= ns) break;
+        __nanosleep(1000);
+    }
+}
+
+typedef struct gt_hog {
+    cudaStream_t stream;
+    cudaEvent_t done;
+    unsigned long long *started; /* host-mapped: gt_hog_kernel's state */
+    unsigned blocks;
+} gt_hog_t;
+
+/* Starts the hog on `fraction` of the SMs for `ms` and returns once one of its blocks runs (or
+ * after a second: then the GPU is shared and busier still). */
+static inline void gt_hog_start(gt_ctx_t *ctx, gt_hog_t *h, double fraction, unsigned ms) {
+    memset(h, 0, sizeof *h);
+    int smem = 0;
+    GT_CUDA(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device));
+    GT_CUDA(cudaFuncSetAttribute(gt_hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    GT_CUDA(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+    GT_CUDA(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    GT_CUDA(cudaHostAlloc((void **)&h->started, 2 * sizeof *h->started, cudaHostAllocMapped));
+    h->started[0] = h->started[1] = 0;
+    unsigned long long *dev_started;
+    GT_CUDA(cudaHostGetDevicePointer((void **)&dev_started, h->started, 0));
+    h->blocks = (unsigned)(ctx->num_sms * fraction);
+    if (h->blocks < 1) h->blocks = 1;
+    gt_hog_kernel<<<h->blocks, 1024, (size_t)smem, h->stream>>>((unsigned long long)ms * 1000000ull,
+                                                                dev_started);
+    GT_CUDA(cudaGetLastError());
+    GT_CUDA(cudaEventRecord(h->done, h->stream));
+    double t0 = gt_now_ms();
+    while (*(volatile unsigned long long *)h->started == 0 && gt_now_ms() - t0 < 1000.0)
+        usleep(100);
+}
+
+/* Waits for the hog to end and frees it. */
+static inline void gt_hog_end(gt_ctx_t *ctx, gt_hog_t *h) {
+    (void)ctx;
+    GT_CUDA(cudaEventSynchronize(h->done));
+    GT_CUDA(cudaEventDestroy(h->done));
+    GT_CUDA(cudaStreamDestroy(h->stream));
+    GT_CUDA(cudaFreeHost(h->started));
+}
+
 /* ------------------------------------------------------------------ case runner */
 
 static void gt_watchdog_handler(int sig) {
@@ -500,8 +570,7 @@ static inline int gt_selected(const gt_ctx_t *ctx, const char *name) {
 
 /* Why a case with these flags cannot run here, or NULL. The same on every rank (shared_gpu and mps
  * are agreed on at init). */
-static inline const char *gt_skip_reason(const gt_ctx_t *ctx, unsigned flags, char *buf,
-                                         size_t n) {
+static inline const char *gt_skip_reason(const gt_ctx_t *ctx, unsigned flags, char *buf, size_t n) {
     if ((flags & GT_TRAPS) && ctx->mps) {
         snprintf(buf, n,
                  "a kernel of this case must trap, and under MPS a trap takes the MPS server down "
@@ -774,8 +843,8 @@ static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char 
            ctx->device, ctx->device_name, ctx->cc_major, ctx->cc_minor, ctx->num_sms,
            ctx->ranks_on_gpu,
            ctx->shared_gpu ? (ctx->mps ? ", MPS" : ", time-sliced (no MPS)") : "",
-           ctx->mps && pct ? ", active thread % " : "", ctx->mps && pct ? pct : "",
-           cchan_version(), (unsigned long long)ctx->device_timeout_ms);
+           ctx->mps && pct ? ", active thread % " : "", ctx->mps && pct ? pct : "", cchan_version(),
+           (unsigned long long)ctx->device_timeout_ms);
 }
 
 /* Prints the summary (rank 0) and returns the exit code. The caller has destroyed its objects. */

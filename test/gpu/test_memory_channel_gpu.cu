@@ -7,7 +7,8 @@
  *   D (1 GiB + 2 MiB)  destination: poisoned before each transfer, checked whole on the GPU;
  *   P (4 MiB)          LL packet buffer (the peer's put_packets land here).
  * Point-to-point cases run once per round of a round-robin pairing (gt_case GT_PAIRS), so every
- * pair of ranks meets; both ranks of a pair act at once (each puts to the other), so every case
+ * pair of ranks meets (put_get_sizes, whose every transfer fills and checks 1 GiB, in the first
+ * round only); both ranks of a pair act at once (each puts to the other), so every case
  * runs both directions.
  */
 #include "gpu_test.h"
@@ -45,7 +46,8 @@ static cchan_sem_set_t *mc_sems(gt_ctx_t *ctx, int count) {
 /* Signals this side has sent: its outbound count, or, where signals are remote adds (no outbound
  * counter, semaphore.h), the peer's inbound counter, which only this side raises. */
 __device__ unsigned long long mc_sent(const cchan_semaphore_t *s) {
-    return s->outbound ? *(volatile uint64_t *)s->outbound : *(volatile uint64_t *)s->remote_inbound;
+    return s->outbound ? *(volatile uint64_t *)s->outbound
+                       : *(volatile uint64_t *)s->remote_inbound;
 }
 
 /* Reads a semaphore's three counters: inbound, expected, signals sent. */
@@ -126,10 +128,6 @@ static void case_put_get_sizes(gt_ctx_t *ctx) {
     int ran = 0, ok = 1;
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0] && ok; si++) {
         uint64_t n = sizes[si];
-        /* Every rank moves the large sizes in the first round; later rounds (other pairs) check
-         * the paths that differ by size and alignment, below 64 MiB, to keep 8 ranks on one GPU
-         * within the budget. */
-        if (ctx->pair_round > 0 && n >= 64 * GT_MiB) break;
         size_t noffs = n >= 64 * GT_MiB ? 3 : sizeof offs / sizeof offs[0];
         for (size_t oi = 0; oi < noffs && ok; oi++) {
             for (int op = 0; op < 2 && ok; op++, iter++) {
@@ -445,8 +443,8 @@ static void case_hb_put_signal_wait(gt_ctx_t *ctx) {
     gt_result_reset(ctx);
     GT_SYNC(ctx);
     gt_barrier(ctx);
-    GT_LAUNCH(ctx, k_mc_hb, 2, 1024, ch[me], ch[2 + me], recv, ch[2 + other], ctx->rank, peer,
-              tag, ctx->res);
+    GT_LAUNCH(ctx, k_mc_hb, 2, 1024, ch[me], ch[2 + me], recv, ch[2 + other], ctx->rank, peer, tag,
+              ctx->res);
     GT_SYNC(ctx);
     gt_result_t r = gt_result_read(ctx);
     if (!gt_report_result(ctx, &r,
@@ -590,7 +588,8 @@ static void case_ll_flag_reuse(gt_ctx_t *ctx) {
         uint32_t flag0 = proto ? LL_ITERS + 1 : 1;
         double t0 = gt_now_ms();
         if (proto)
-            GT_LAUNCH(ctx, k_mc_ll<1>, 1, 512, ch, ctx->rank, gt_peer(ctx), flag0, tag + 1, ctx->res);
+            GT_LAUNCH(ctx, k_mc_ll<1>, 1, 512, ch, ctx->rank, gt_peer(ctx), flag0, tag + 1,
+                      ctx->res);
         else
             GT_LAUNCH(ctx, k_mc_ll<0>, 1, 512, ch, ctx->rank, gt_peer(ctx), flag0, tag, ctx->res);
         GT_SYNC(ctx);
@@ -764,8 +763,7 @@ __host__ __device__ static inline void mb_geometry(uint32_t b, uint64_t *off, ui
 /* Block b talks to the peer's block b over channel b only: put its slice, signal, wait for the
  * peer's slice, check it, re-poison, then a second signal/wait as the ack. */
 __global__ void k_mc_multi(const cchan_memory_channel_t *chs, uint8_t *d, int rank, int peer,
-                           uint64_t tag,
-                           gt_result_t *r, unsigned long long *counters) {
+                           uint64_t tag, gt_result_t *r, unsigned long long *counters) {
     const uint32_t b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     const cchan_memory_channel_t ch = chs[b];
     uint64_t off, n;
@@ -918,8 +916,7 @@ __host__ __device__ static inline uint64_t rb_value(int rank, uint32_t rd) {
 /* Round rd: thread 32 writes rb_value(rank, rd) into the peer's slot rd, rank barrier, thread 7
  * reads the slot the peer wrote into this rank's D: it must be there already. */
 __global__ void k_rank_barrier(const cchan_semaphore_t *sems, cchan_memory_channel_t ch,
-                               const uint64_t *my_slots, int rank, int peer,
-                               gt_result_t *r) {
+                               const uint64_t *my_slots, int rank, int peer, gt_result_t *r) {
     const uint32_t tid = threadIdx.x;
     unsigned long long bad = 0, first = ~0ull, last = 0;
     for (uint32_t rd = 0; rd < RB_ROUNDS; rd++) {
@@ -947,8 +944,7 @@ static void case_rank_barrier(gt_ctx_t *ctx) {
     GT_SYNC(ctx);
     gt_barrier(ctx);
     GT_LAUNCH(ctx, k_rank_barrier, 1, 64, dsem, ch, (const uint64_t *)(g_mc.d + RB_OFF), ctx->rank,
-              gt_peer(ctx),
-              ctx->res);
+              gt_peer(ctx), ctx->res);
     GT_SYNC(ctx);
     gt_result_t r = gt_result_read(ctx);
     if (r.errors)
@@ -1013,7 +1009,8 @@ static void case_graph_replay(gt_ctx_t *ctx) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     GT_CUDA(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
-    k_mc_graph<<<1, 512, 0, ctx->stream>>>(ch, g_mc.d, replays, ctx->rank, gt_peer(ctx), tag, ctx->res);
+    k_mc_graph<<<1, 512, 0, ctx->stream>>>(ch, g_mc.d, replays, ctx->rank, gt_peer(ctx), tag,
+                                           ctx->res);
     cudaError_t launch_err = cudaGetLastError();
     GT_CUDA(cudaStreamEndCapture(ctx->stream, &graph));
     GT_CUDA(launch_err);
@@ -1121,7 +1118,7 @@ static void mc_teardown(gt_ctx_t *ctx) {
 }
 
 static void mc_cases(gt_ctx_t *ctx) {
-    gt_case(ctx, "put_get_sizes", case_put_get_sizes, 300, GT_PAIRS);
+    gt_case(ctx, "put_get_sizes", case_put_get_sizes, 300, GT_PAIRS | GT_ONE_ROUND);
     gt_case(ctx, "read_write", case_read_write, 60, GT_PAIRS);
     gt_case(ctx, "signal_wait_poll", case_signal_wait_poll, 60, GT_PAIRS);
     gt_case(ctx, "relaxed_signal", case_relaxed_signal, 60, GT_PAIRS);
@@ -1132,7 +1129,7 @@ static void mc_cases(gt_ctx_t *ctx) {
     gt_case(ctx, "multi_block_channels", case_multi_block_channels, 120, GT_PAIRS);
     gt_case(ctx, "grid_barrier", case_grid_barrier, 60, GT_ALL);
     gt_case(ctx, "rank_barrier", case_rank_barrier, 60, GT_PAIRS);
-    gt_case(ctx, "graph_replay_1000", case_graph_replay, 120, GT_PAIRS | GT_CONCURRENT);
+    gt_case(ctx, "graph_replay_1000", case_graph_replay, 120, GT_PAIRS);
     gt_case(ctx, "wait_timeout", case_wait_timeout, 240, GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
 }
 
