@@ -131,7 +131,7 @@ counts_of() {
         echo "- - -"
         return
     fi
-    echo "$line" | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \3/p' |
+    echo "$line" | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/p' |
         awk '{print $1, $2, ($3 == "" ? 0 : $3)}'
 }
 

@@ -630,6 +630,58 @@ static void case_graph_replay(gt_ctx_t *ctx) {
     GT_CUDA(cudaFree(status));
 }
 
+/* ------------------------------------------------------------------ flushes on many channels
+ *
+ * Every dma channel copies on a stream of its own; a process gets only a few hardware work queues
+ * (fewer still as an MPS client: the server's clients share one pool), so most of those streams
+ * share a queue with the stream of the kernel that waits for their flushes. One thread puts 4 KiB
+ * (above the direct-store limit, so the copy engine moves it) on each of FM_CHANNELS channels and
+ * flushes each: a flush whose copy is queued behind the waiting kernel would never complete (the
+ * device deadline names it). No ring, no peer kernel involved. */
+
+#define FM_CHANNELS 96
+#define FM_BYTES 4096u
+#define FM_STRIDE (64 * GT_KiB)
+
+__global__ void k_pc_flush_many(const cchan_port_channel_t *chs, int n,
+                                unsigned long long *status) {
+    for (int c = 0; c < n; c++) {
+        const uint64_t off = (uint64_t)c * FM_STRIDE;
+        pc_note(status, cchan_port_channel_put(&chs[c], off, off, FM_BYTES), (c << 8) | 1);
+        pc_note(status, cchan_port_channel_flush(&chs[c]), (c << 8) | 2);
+    }
+}
+
+static void case_flush_many_channels(gt_ctx_t *ctx) {
+    const uint64_t tag = gt_hash_name("flush_many_channels");
+    cchan_sem_set_t *set = pc_sems(ctx, FM_CHANNELS);
+    cchan_port_channel_t *hch = (cchan_port_channel_t *)calloc(FM_CHANNELS, sizeof *hch), *dch;
+    for (int c = 0; c < FM_CHANNELS; c++) hch[c] = pc_channel(ctx, g_pc.proxy, set, c);
+    GT_CUDA(cudaMalloc((void **)&dch, FM_CHANNELS * sizeof *hch));
+    GT_CUDA(cudaMemcpy(dch, hch, FM_CHANNELS * sizeof *hch, cudaMemcpyHostToDevice));
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    const uint64_t region = (uint64_t)FM_CHANNELS * FM_STRIDE;
+    gt_fill(ctx, g_pc.l, region, gt_seed(tag, ctx->rank, 0));
+    gt_poison(ctx, g_pc.d, region);
+    GT_SYNC(ctx);
+    gt_barrier(ctx);
+    GT_LAUNCH(ctx, k_pc_flush_many, 1, 1, dch, FM_CHANNELS, status);
+    GT_SYNC(ctx);
+    gt_barrier(ctx);
+    pc_expect_status(ctx, status, "flush_many_channels");
+    for (int c = 0; c < FM_CHANNELS && ctx->case_ok; c++) {
+        char what[64];
+        snprintf(what, sizeof what, "channel %d's 4 KiB", c);
+        gt_check_buffer(ctx, g_pc.d + (uint64_t)c * FM_STRIDE, FM_STRIDE, 0, FM_BYTES,
+                        gt_seed(tag, gt_peer(ctx), 0), (uint64_t)c * FM_STRIDE, what);
+    }
+    GT_CUDA(cudaFree(dch));
+    GT_CUDA(cudaFree(status));
+    free(hch);
+}
+
 /* ------------------------------------------------------------------ a wait that times out
  *
  * In child processes (a trap ends the CUDA context), one pair per pair of ranks: the lower child
@@ -706,6 +758,8 @@ static void pc_cases(gt_ctx_t *ctx) {
     gt_case(ctx, "ring4", case_ring4, 180, GT_PAIRS);
     gt_case(ctx, "graph_replay_1000", case_graph_replay, 120, GT_PAIRS);
     gt_case(ctx, "wait_timeout", case_wait_timeout, 120, GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
+    /* last: where its flush hangs, the device deadline traps (and under MPS takes the server) */
+    gt_case(ctx, "flush_many_channels", case_flush_many_channels, 90, GT_PAIRS | GT_ONE_ROUND);
 }
 
 GT_MAIN({"test_port_channel_gpu", pc_setup, pc_cases, pc_teardown, to_child_prepare,
