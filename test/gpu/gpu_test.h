@@ -485,20 +485,20 @@ static inline void *gt_mem_ptr(const cchan_mem_t *m) { return cchan_mem_ptr(m); 
 /* ------------------------------------------------------------------ a kernel hogging the SMs
  *
  * For cases that check a kernel never depends on co-residency nothing guaranteed it: a stand-in
- * kernel that spins on a second stream, one block per SM (its shared memory fills the SM), on most
- * SMs, and ends on its own after `ms`. The kernel under test launched meanwhile gets few SMs and
- * only part of its grid resident until the hog ends: it must finish after it, and be correct. */
+ * kernel that spins on a second stream, as many 1024-thread blocks per SM as an SM holds threads
+ * (nothing else fits beside them), on most SMs, and ends on its own after `ms`. The kernel under
+ * test launched meanwhile gets few SMs and only part of its grid resident until the hog ends: it
+ * must finish after it, and be correct. */
 
 /* state[0]: blocks started; state[1]: when the first block started (globaltimer). Every block ends
  * at state[1] + ns, so blocks that only got an SM late (fewer SMs than blocks, as under MPS with a
  * thread percentage) end with the others instead of stretching the hog. */
-__global__ void gt_hog_kernel(unsigned long long ns, unsigned long long *state) {
-    extern __shared__ unsigned char gt_hog_smem[];
+__global__ void __launch_bounds__(1024)
+    gt_hog_kernel(unsigned long long ns, unsigned long long *state) {
     unsigned long long now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     __shared__ unsigned long long t0;
     if (threadIdx.x == 0) {
-        gt_hog_smem[0] = 1;
         unsigned long long prev = atomicCAS(&state[1], 0ull, now);
         t0 = prev ? prev : now;
         atomicAdd(&state[0], 1ull);
@@ -523,19 +523,20 @@ typedef struct gt_hog {
  * after a second: then the GPU is shared and busier still). */
 static inline void gt_hog_start(gt_ctx_t *ctx, gt_hog_t *h, double fraction, unsigned ms) {
     memset(h, 0, sizeof *h);
-    int smem = 0;
-    GT_CUDA(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device));
-    GT_CUDA(cudaFuncSetAttribute(gt_hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int threads_per_sm = 0;
+    GT_CUDA(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor,
+                                   ctx->device));
+    const unsigned per_sm = threads_per_sm >= 2048 ? (unsigned)threads_per_sm / 1024 : 1u;
     GT_CUDA(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
     GT_CUDA(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
     GT_CUDA(cudaHostAlloc((void **)&h->started, 2 * sizeof *h->started, cudaHostAllocMapped));
     h->started[0] = h->started[1] = 0;
     unsigned long long *dev_started;
     GT_CUDA(cudaHostGetDevicePointer((void **)&dev_started, h->started, 0));
-    h->blocks = (unsigned)(ctx->num_sms * fraction);
+    h->blocks = (unsigned)(ctx->num_sms * fraction) * per_sm;
     if (h->blocks < 1) h->blocks = 1;
-    gt_hog_kernel<<<h->blocks, 1024, (size_t)smem, h->stream>>>((unsigned long long)ms * 1000000ull,
-                                                                dev_started);
+    gt_hog_kernel<<<h->blocks, 1024, 0, h->stream>>>((unsigned long long)ms * 1000000ull,
+                                                     dev_started);
     GT_CUDA(cudaGetLastError());
     GT_CUDA(cudaEventRecord(h->done, h->stream));
     double t0 = gt_now_ms();
@@ -1075,20 +1076,10 @@ static inline int gt_child_main(int argc, char **argv, gt_child_prepare_fn prepa
 #undef GT_CHILD_CHECK
 }
 
-/* In a GT_PAIRS | GT_TRAPS case: runs child pair `kind` with this round's partner (the lower rank's
- * child waits and must trap) and checks, on the lower rank, that the kernel failed near the
- * deadline with CCHAN_ERR_DEVICE_TIMEOUT and a diagnostic containing every string of want[]. */
-static inline void gt_timeout_pair(gt_ctx_t *ctx, const char *kind, const char *const *want,
-                                   int nwant) {
-    const int peer = gt_peer(ctx), waiter = ctx->rank < peer;
-    cchan_unique_id_t id, ids[GT_MAX_RANKS];
-    memset(&id, 0, sizeof id);
-    if (waiter) {
-        unsetenv("CCHAN_BOOTSTRAP_PORT"); /* the children need a port of their own */
-        GT_CCHAN(cchan_get_unique_id(&id));
-    }
-    gt_allgather(ctx, &id, ids, sizeof id);
-    const cchan_unique_id_t *pid = &ids[waiter ? ctx->rank : peer];
+/* One child pair of gt_timeout_pair: pid is the pair's unique id, waiter 1 on its lower rank. */
+static inline void gt_timeout_pair_run(gt_ctx_t *ctx, const char *kind, const char *const *want,
+                                       int nwant, const cchan_unique_id_t *pid, int waiter) {
+    cchan_unique_id_t id;
     char hex[2 * sizeof id.internal + 1], rank_s[16], dev_s[16], kind_s[64];
     gt_hex_encode(pid->internal, sizeof pid->internal, hex);
     snprintf(rank_s, sizeof rank_s, "%d", waiter ? 0 : 1);
@@ -1134,6 +1125,34 @@ static inline void gt_timeout_pair(gt_ctx_t *ctx, const char *kind, const char *
         if (s_diag) gt_log(ctx, "%s diagnostic after %.0f ms: %s", kind, ms, s_diag);
     }
     free(c);
+}
+
+/* In a GT_PAIRS | GT_TRAPS case: runs child pair `kind` with this round's partner (the lower rank's
+ * child waits and must trap) and checks, on the lower rank, that the kernel failed near the
+ * deadline with CCHAN_ERR_DEVICE_TIMEOUT and a diagnostic containing every string of want[]. */
+static inline void gt_timeout_pair(gt_ctx_t *ctx, const char *kind, const char *const *want,
+                                   int nwant) {
+    const int peer = gt_peer(ctx), waiter = ctx->rank < peer;
+    cchan_unique_id_t id, ids[GT_MAX_RANKS];
+    memset(&id, 0, sizeof id);
+    if (waiter) {
+        unsetenv("CCHAN_BOOTSTRAP_PORT"); /* the children need a port of their own */
+        GT_CCHAN(cchan_get_unique_id(&id));
+    }
+    gt_allgather(ctx, &id, ids, sizeof id);
+    const int leader = waiter ? ctx->rank : peer;
+    if (!ctx->shared_gpu) {
+        gt_timeout_pair_run(ctx, kind, want, nwant, &ids[leader], waiter);
+        return;
+    }
+    /* Ranks sharing a GPU run their pairs one at a time: there a trap also ended the kernels other
+     * contexts had running at that moment (time-sliced, with no diagnostic of their own: seen at 4
+     * and 8 ranks on one H100), and their partners' children then waited for a dead peer. */
+    for (int turn = 0; turn < ctx->nranks; turn++) {
+        gt_barrier(ctx);
+        if (turn == leader) gt_timeout_pair_run(ctx, kind, want, nwant, &ids[leader], waiter);
+    }
+    gt_barrier(ctx);
 }
 
 /* ------------------------------------------------------------------ main
