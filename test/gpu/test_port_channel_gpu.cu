@@ -682,6 +682,109 @@ static void case_flush_many_channels(gt_ctx_t *ctx) {
     free(hch);
 }
 
+/* ------------------------------------------------------------------ the ring's port-channel
+ * traffic
+ *
+ * The port channels of cchan_coll's PORT_RING, without the ring's reductions, credits or kernels:
+ * two registrations per rank of memory from cudaMalloc (cchan_mem_register, as cchan_coll_register
+ * does: A the send buffer, B the recv buffer), per lane (block) b a channel of each to the next
+ * rank on semaphore b ("scratch": into the peer's D, which stands for the coll's cchan_mem_alloc
+ * scratch) and nb + b ("self": into the peer's registration of the same buffer) of the
+ * registration's set, and the same to the previous rank for the waits (with two ranks the same
+ * channels carry both ways).
+ * Each call, block b: put_signal A.scratch, wait A.scratch from prev, put_signal B.self, wait
+ * B.self from prev, then flush B.self, A.scratch and B.scratch (in place: A for both, two
+ * flushes), as the ring's AllReduce ends. Sizes below and above the direct-store limit, 1 or
+ * RL_LANES lanes, RL_CALLS calls. A flush that never completes traps at the device deadline
+ * ("waiting for a flush of port channel ..."). */
+
+#define RL_LANES 8
+#define RL_CALLS 240
+#define RL_SLOT (1 * GT_MiB)
+
+typedef struct rl_lane {
+    cchan_port_channel_t to_scratch, to_self, from_scratch, from_self;
+} rl_lane_t;
+
+/* The registrations live until teardown: the proxy's channels keep using their mappings. */
+typedef struct rl_reg {
+    void *buf;
+    cchan_mem_t *mem, *peers[GT_MAX_RANKS];
+} rl_reg_t;
+static rl_reg_t g_rl[2];
+static int g_rl_n;
+
+__global__ void k_pc_ring_lanes(const rl_lane_t *A, const rl_lane_t *B, uint64_t bytes,
+                                unsigned long long *status) {
+    if (threadIdx.x != 0) return;
+    const uint32_t b = blockIdx.x;
+    const rl_lane_t *ls = &A[b], *lr = &B[b];
+    const uint64_t off = (uint64_t)b * RL_SLOT;
+    pc_note(status, cchan_port_channel_put_signal(&ls->to_scratch, off, off, bytes), (b << 8) | 1);
+    pc_note(status, cchan_port_channel_wait(&ls->from_scratch), (b << 8) | 2);
+    pc_note(status, cchan_port_channel_put_signal(&lr->to_self, off, off, bytes), (b << 8) | 3);
+    pc_note(status, cchan_port_channel_wait(&lr->from_self), (b << 8) | 4);
+    pc_note(status, cchan_port_channel_flush(&lr->to_self), (b << 8) | 5);
+    pc_note(status, cchan_port_channel_flush(&ls->to_scratch), (b << 8) | 6);
+    if (lr != ls) pc_note(status, cchan_port_channel_flush(&lr->to_scratch), (b << 8) | 7);
+}
+
+/* A registration of RL_LANES slots from cudaMalloc: lanes to next and from prev. */
+static rl_lane_t *rl_register(gt_ctx_t *ctx) {
+    const int next = gt_next(ctx), prev = gt_prev(ctx);
+    rl_reg_t *g = &g_rl[g_rl_n++];
+    GT_CUDA(cudaMalloc(&g->buf, RL_LANES * RL_SLOT));
+    GT_CUDA(cudaMemset(g->buf, 0x5A, RL_LANES * RL_SLOT));
+    GT_CCHAN(cchan_mem_register(ctx->comm, g->buf, RL_LANES * RL_SLOT, 0, &g->mem));
+    GT_CCHAN(cchan_mem_exchange(ctx->comm, g->mem, g->peers));
+    cchan_sem_set_t *set = pc_sems(ctx, 2 * RL_LANES);
+    rl_lane_t h[RL_LANES], *d;
+    for (int b = 0; b < RL_LANES; b++) {
+        GT_CCHAN(cchan_port_channel_create(g_pc.proxy, CCHAN_TRANSPORT_DMA, set, next, b,
+                                           g_pc.peerD[next], g->mem, &h[b].to_scratch));
+        GT_CCHAN(cchan_port_channel_create(g_pc.proxy, CCHAN_TRANSPORT_DMA, set, next, RL_LANES + b,
+                                           g->peers[next], g->mem, &h[b].to_self));
+        if (prev == next) {
+            h[b].from_scratch = h[b].to_scratch;
+            h[b].from_self = h[b].to_self;
+        } else {
+            GT_CCHAN(cchan_port_channel_create(g_pc.proxy, CCHAN_TRANSPORT_DMA, set, prev, b,
+                                               g_pc.peerD[prev], g->mem, &h[b].from_scratch));
+            GT_CCHAN(cchan_port_channel_create(g_pc.proxy, CCHAN_TRANSPORT_DMA, set, prev,
+                                               RL_LANES + b, g->peers[prev], g->mem,
+                                               &h[b].from_self));
+        }
+    }
+    GT_CUDA(cudaMalloc((void **)&d, sizeof h));
+    GT_CUDA(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void case_ring_lanes(gt_ctx_t *ctx) {
+    static const uint64_t sizes[] = {128, 512, 4096, 256 * GT_KiB, RL_SLOT};
+    rl_lane_t *A = rl_register(ctx), *B = rl_register(ctx);
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    gt_barrier(ctx);
+    double t0 = gt_now_ms();
+    for (int call = 0; call < RL_CALLS; call++) {
+        const uint64_t bytes = sizes[call % 5];
+        const int lanes = (call / 5) % 2 ? RL_LANES : 1, in_place = (call / 10) % 2;
+        GT_LAUNCH(ctx, k_pc_ring_lanes, lanes, 32, A, in_place ? A : B, bytes, status);
+    }
+    GT_SYNC(ctx);
+    double ms = gt_now_ms() - t0;
+    gt_barrier(ctx);
+    pc_expect_status(ctx, status, "ring_lanes");
+    if (ctx->rank == 0)
+        gt_log(ctx, "ring_lanes: %d calls (ring of %d ranks) in %.1f ms", RL_CALLS, ctx->nranks,
+               ms);
+    GT_CUDA(cudaFree(A));
+    GT_CUDA(cudaFree(B));
+    GT_CUDA(cudaFree(status));
+}
+
 /* ------------------------------------------------------------------ a wait that times out
  *
  * In child processes (a trap ends the CUDA context), one pair per pair of ranks: the lower child
@@ -744,9 +847,16 @@ static void pc_teardown(gt_ctx_t *ctx) {
     for (int i = 0; i < g_pc.nsets; i++) GT_CCHAN(cchan_sem_set_destroy(g_pc.sets[i]));
     for (int r = 0; r < ctx->nranks; r++)
         if (r != ctx->rank) GT_CCHAN(cchan_mem_destroy(g_pc.peerD[r]));
+    for (int i = 0; i < g_rl_n; i++)
+        for (int r = 0; r < ctx->nranks; r++)
+            if (r != ctx->rank) GT_CCHAN(cchan_mem_destroy(g_rl[i].peers[r]));
     gt_barrier(ctx);
     GT_CCHAN(cchan_mem_destroy(g_pc.L));
     GT_CCHAN(cchan_mem_destroy(g_pc.D));
+    for (int i = 0; i < g_rl_n; i++) {
+        GT_CCHAN(cchan_mem_destroy(g_rl[i].mem));
+        GT_CUDA(cudaFree(g_rl[i].buf));
+    }
 }
 
 static void pc_cases(gt_ctx_t *ctx) {
@@ -760,6 +870,7 @@ static void pc_cases(gt_ctx_t *ctx) {
     gt_case(ctx, "wait_timeout", case_wait_timeout, 120, GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
     /* last: where its flush hangs, the device deadline traps (and under MPS takes the server) */
     gt_case(ctx, "flush_many_channels", case_flush_many_channels, 90, GT_PAIRS | GT_ONE_ROUND);
+    gt_case(ctx, "ring_lanes", case_ring_lanes, 120, GT_ALL);
 }
 
 GT_MAIN({"test_port_channel_gpu", pc_setup, pc_cases, pc_teardown, to_child_prepare,
