@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts/device-*.sh that start ranks with cchan-run.
 #
 # NRANKS: one rank per visible GPU (2 to 8) unless the caller set it, so that the same scripts serve
@@ -58,8 +59,8 @@ gpu_mps_start() {
 gpu_mps_stop() {
     [ -n "$GPU_MPS_DIR" ] || return 0
     echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true
-    local i
-    for i in $(seq 1 100); do
+    local _
+    for _ in $(seq 1 100); do
         [ -p "$GPU_MPS_DIR/pipe/control" ] || break
         sleep 0.1
     done
