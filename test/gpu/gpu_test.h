@@ -1,14 +1,20 @@
-/* cchan GPU test harness: two GPUs, one process per GPU, started by `cchan-run -n 2`.
+/* cchan GPU test harness: 2 to 8 ranks, one process per rank, started by `cchan-run -n N`; ranks
+ * have GPUs of their own or share them (more ranks than GPUs on a host).
  *
- * Every test program here:
- *   - exits 77 (skip) with a reason when there is no usable GPU, fewer GPUs than ranks on a host,
- *     or not exactly two ranks;
- *   - runs named cases in the same order on every rank (they are collective); after each case the
- *     ranks all-gather their verdicts, so a failure seen by the receiver also fails the sender, and
- *     rank 0 prints one "PASS name" / "FAIL name" line per case and "N passed, M failed" last;
+ * Every test program here is GT_MAIN({name, setup, cases, teardown, child hooks}) and:
+ *   - exits 77 (skip) with a reason when there is no usable GPU or the rank count is outside 2..8;
+ *   - runs named cases in the same order on every rank (gt_case: they are collective); after each
+ *     case the ranks all-gather their verdicts, so a failure seen by a receiver also fails its
+ *     sender, and rank 0 prints one "PASS name" / "FAIL name" / "SKIP name: why" line per case and
+ *     "N passed, M failed, K skipped" last;
+ *   - runs point-to-point cases (GT_PAIRS) once per round of a round-robin pairing, so every pair
+ *     of ranks meets, and collective cases (GT_ALL) once with every rank;
+ *   - where ranks share a GPU: under MPS runs every case but those that must trap (GT_TRAPS: a trap
+ *     takes the MPS server down for every rank); time-sliced (no MPS) runs every case but those
+ *     that need ranks running at the same time (GT_CONCURRENT); skipped cases say why;
  *   - sets a device-wait deadline (cchan_comm_set_timeout_ms; CCHAN_TIMEOUT_MS overrides) so that a
- *     broken signal traps instead of hanging, and arms a per-case watchdog (SIGALRM) so that a hang
- *     the deadline does not cover ends the process with the case named;
+ *     broken signal traps instead of hanging, and arms a per-case watchdog (SIGALRM; per round for
+ *     GT_PAIRS) so that a hang the deadline does not cover ends the process with the case named;
  *   - checks every CUDA call and the last error after every launch (GT_CUDA, GT_LAUNCH).
  *
  * Test data: bytes come from gt_pattern_byte(seed, index), a hash that is never 0 and never the
@@ -17,8 +23,10 @@
  * pattern; elsewhere: poison) on the GPU.
  *
  * Options (every rank gets the same argv from cchan-run):
- *   --case a,b,c   run only these cases (exact names)      --list   print the case names
+ *   --case a,b,c   run only these cases (exact names)      --list   print the case names and flags
  *   --watchdog S   per-case watchdog in seconds (default: each case's own budget)
+ * Environment: CCHAN_GPU_TEST_MPS=0/1 overrides the MPS detection (the control daemon's pipe under
+ * CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps).
  */
 #ifndef CCHAN_TEST_GPU_TEST_H
 #define CCHAN_TEST_GPU_TEST_H
@@ -35,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -229,19 +238,41 @@ __global__ void gt_check_kernel(const uint8_t *buf, uint64_t bytes, uint64_t beg
 typedef struct gt_ctx gt_ctx_t;
 typedef void (*gt_case_fn)(gt_ctx_t *ctx);
 
+/* Case flags (gt_case). */
+#define GT_ALL 0x0u /* every rank at once: the operation is collective (the default) */
+/* Point to point: run once per round of a round-robin pairing, so that every pair of ranks meets
+ * once (nranks - 1 rounds; needs an even rank count); gt_peer() is this round's partner. */
+#define GT_PAIRS 0x1u
+/* A kernel must trap (device-wait deadline): skipped under MPS, where a trap takes the MPS server
+ * down for every rank of the GPU. */
+#define GT_TRAPS 0x2u
+/* Needs ranks that run at the same time: skipped where ranks share a GPU without MPS (time-sliced
+ * contexts make every cross-rank hand-off wait for a context switch). */
+#define GT_CONCURRENT 0x4u
+/* With GT_PAIRS: the first round only (every rank takes part, not every pair meets). */
+#define GT_ONE_ROUND 0x8u
+
+#define GT_MAX_RANKS 8
+
 struct gt_ctx {
     const char *test_name;
     const char *self_exe; /* /proc/self/exe */
     int rank, nranks, local_rank, local_size;
     int device, num_sms, cc_major, cc_minor;
     char device_name[256];
+    int ngpus;        /* visible GPUs on this host */
+    int ranks_on_gpu; /* ranks (this one included) whose GPU is this rank's GPU */
+    int shared_gpu;   /* 1 if any GPU serves several ranks (the same on every rank) */
+    int mps;          /* 1 if the ranks are MPS clients (CCHAN_GPU_TEST_MPS overrides) */
     cchan_comm_t *comm;
     cudaStream_t stream;
     gt_result_t *res; /* device */
     uint64_t device_timeout_ms;
-    int passed, failed;
-    const char *case_name; /* the running case */
-    int case_ok;           /* this rank's verdict on the running case */
+    int passed, failed, skipped;
+    const char *case_name;   /* the running case */
+    int case_ok;             /* this rank's verdict on the running case */
+    int peer;                /* GT_PAIRS cases: this round's partner; otherwise -1 */
+    int pair_round, nrounds; /* GT_PAIRS cases: the running round and how many */
     unsigned watchdog_override_s;
     char cases[1024]; /* --case filter, ",a,b," form; empty: all */
     int list_only;
@@ -304,7 +335,7 @@ static inline void gt_die(void) {
     if (ctx) {
         printf("[r%d] ABORTED in case '%s'\n", ctx->rank,
                ctx->case_name ? ctx->case_name : "setup");
-        printf("%d passed, %d failed\n", ctx->passed, ctx->failed + 1);
+        printf("%d passed, %d failed, %d skipped\n", ctx->passed, ctx->failed + 1, ctx->skipped);
     }
     fflush(stdout);
     fflush(stderr);
@@ -354,7 +385,27 @@ static inline void gt_allgather(gt_ctx_t *ctx, const void *send, void *recv, siz
     GT_CCHAN(cchan_bootstrap_allgather(cchan_comm_bootstrap(ctx->comm), send, recv, bytes));
 }
 
-static inline int gt_peer(const gt_ctx_t *ctx) { return ctx->rank ^ 1; }
+/* The partner of this rank in a GT_PAIRS case's running round. */
+static inline int gt_peer(const gt_ctx_t *ctx) { return ctx->peer; }
+
+/* This rank's side of its GT_PAIRS pair: 0 for the lower rank, 1 for the upper. Cases whose two
+ * sides differ (who pings first, which semaphore index carries whose data) pick by role. */
+static inline int gt_role(const gt_ctx_t *ctx) { return ctx->rank > ctx->peer; }
+
+/* Ring neighbours, for cases where each rank talks to the next and hears from the previous. */
+static inline int gt_next(const gt_ctx_t *ctx) { return (ctx->rank + 1) % ctx->nranks; }
+static inline int gt_prev(const gt_ctx_t *ctx) {
+    return (ctx->rank + ctx->nranks - 1) % ctx->nranks;
+}
+
+/* Partner of `rank` in round `round` of a round-robin pairing of n ranks (n even; n - 1 rounds,
+ * every pair meets exactly once): rank n - 1 stays put, the others turn around it. */
+static inline int gt_pair_partner(int rank, int round, int n) {
+    const int m = n - 1;
+    if (rank == m) return round;
+    if (rank == round) return m;
+    return ((2 * round - rank) % m + m) % m;
+}
 
 /* Collective: 1 while every rank's verdict on the running case is still good. Loops whose
  * iterations contain collectives stop on this, never on a rank's own verdict alone (one rank
@@ -431,6 +482,77 @@ static inline int gt_report_result(gt_ctx_t *ctx, const gt_result_t *r, const ch
 
 static inline void *gt_mem_ptr(const cchan_mem_t *m) { return cchan_mem_ptr(m); }
 
+/* ------------------------------------------------------------------ a kernel hogging the SMs
+ *
+ * For cases that check a kernel never depends on co-residency nothing guaranteed it: a stand-in
+ * kernel that spins on a second stream, as many 1024-thread blocks per SM as an SM holds threads
+ * (nothing else fits beside them), on most SMs, and ends on its own after `ms`. The kernel under
+ * test launched meanwhile gets few SMs and only part of its grid resident until the hog ends: it
+ * must finish after it, and be correct. */
+
+/* state[0]: blocks started; state[1]: when the first block started (globaltimer). Every block ends
+ * at state[1] + ns, so blocks that only got an SM late (fewer SMs than blocks, as under MPS with a
+ * thread percentage) end with the others instead of stretching the hog. */
+__global__ void __launch_bounds__(1024)
+    gt_hog_kernel(unsigned long long ns, unsigned long long *state) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    __shared__ unsigned long long t0;
+    if (threadIdx.x == 0) {
+        unsigned long long prev = atomicCAS(&state[1], 0ull, now);
+        t0 = prev ? prev : now;
+        atomicAdd(&state[0], 1ull);
+        __threadfence_system();
+    }
+    __syncthreads();
+    for (;;) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - t0 >= ns) break;
+        __nanosleep(1000);
+    }
+}
+
+typedef struct gt_hog {
+    cudaStream_t stream;
+    cudaEvent_t done;
+    unsigned long long *started; /* host-mapped: gt_hog_kernel's state */
+    unsigned blocks;
+} gt_hog_t;
+
+/* Starts the hog on `fraction` of the SMs for `ms` and returns once one of its blocks runs (or
+ * after a second: then the GPU is shared and busier still). */
+static inline void gt_hog_start(gt_ctx_t *ctx, gt_hog_t *h, double fraction, unsigned ms) {
+    memset(h, 0, sizeof *h);
+    int threads_per_sm = 0;
+    GT_CUDA(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor,
+                                   ctx->device));
+    const unsigned per_sm = threads_per_sm >= 2048 ? (unsigned)threads_per_sm / 1024 : 1u;
+    GT_CUDA(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+    GT_CUDA(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    GT_CUDA(cudaHostAlloc((void **)&h->started, 2 * sizeof *h->started, cudaHostAllocMapped));
+    h->started[0] = h->started[1] = 0;
+    unsigned long long *dev_started;
+    GT_CUDA(cudaHostGetDevicePointer((void **)&dev_started, h->started, 0));
+    h->blocks = (unsigned)(ctx->num_sms * fraction) * per_sm;
+    if (h->blocks < 1) h->blocks = 1;
+    gt_hog_kernel<<<h->blocks, 1024, 0, h->stream>>>((unsigned long long)ms * 1000000ull,
+                                                     dev_started);
+    GT_CUDA(cudaGetLastError());
+    GT_CUDA(cudaEventRecord(h->done, h->stream));
+    double t0 = gt_now_ms();
+    while (*(volatile unsigned long long *)h->started == 0 && gt_now_ms() - t0 < 1000.0)
+        usleep(100);
+}
+
+/* Waits for the hog to end and frees it. */
+static inline void gt_hog_end(gt_ctx_t *ctx, gt_hog_t *h) {
+    (void)ctx;
+    GT_CUDA(cudaEventSynchronize(h->done));
+    GT_CUDA(cudaEventDestroy(h->done));
+    GT_CUDA(cudaStreamDestroy(h->stream));
+    GT_CUDA(cudaFreeHost(h->started));
+}
+
 /* ------------------------------------------------------------------ case runner */
 
 static void gt_watchdog_handler(int sig) {
@@ -447,39 +569,105 @@ static inline int gt_selected(const gt_ctx_t *ctx, const char *name) {
     return strstr(ctx->cases, key) != NULL;
 }
 
-/* Runs one collective case: every rank calls gt_run with the same names in the same order. */
-static inline void gt_run(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsigned budget_s) {
-    if (ctx->list_only) {
-        if (ctx->rank == 0 || ctx->nranks == 0) printf("%s\n", name);
-        return;
+/* Why a case with these flags cannot run here, or NULL. The same on every rank (shared_gpu and mps
+ * are agreed on at init). */
+static inline const char *gt_skip_reason(const gt_ctx_t *ctx, unsigned flags, char *buf, size_t n) {
+    if ((flags & GT_TRAPS) && ctx->mps) {
+        snprintf(buf, n,
+                 "a kernel of this case must trap, and under MPS a trap takes the MPS server down "
+                 "for every rank sharing the GPU: run it without MPS (time-sliced)");
+        return buf;
     }
-    if (!gt_selected(ctx, name)) return;
-    unsigned wd = ctx->watchdog_override_s ? ctx->watchdog_override_s : budget_s;
+    if ((flags & GT_CONCURRENT) && ctx->shared_gpu && !ctx->mps) {
+        snprintf(buf, n,
+                 "needs ranks that run at the same time, and %d ranks share a GPU time-sliced "
+                 "(no MPS): start the MPS daemon",
+                 ctx->ranks_on_gpu);
+        return buf;
+    }
+    if ((flags & GT_PAIRS) && (ctx->nranks & 1)) {
+        snprintf(buf, n, "pairwise case: needs an even number of ranks, got %d", ctx->nranks);
+        return buf;
+    }
+    return NULL;
+}
+
+/* One pass of a case's function with the watchdog armed; returns the all-rank verdict and fills
+ * `who` with the failing ranks. */
+static inline int gt_run_once(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsigned wd,
+                              char *who, size_t who_n) {
+    char round_s[48] = "";
+    if (ctx->peer >= 0)
+        snprintf(round_s, sizeof round_s, " (round %d of %d, partner %d)", ctx->pair_round + 1,
+                 ctx->nrounds, ctx->peer);
     snprintf(gt_watchdog_msg, sizeof gt_watchdog_msg,
-             "[r%d] WATCHDOG: case '%s' still running after %u s; aborting (a hang the device "
-             "deadline did not catch)\n%d passed, %d failed\n",
-             ctx->rank, name, wd, ctx->passed, ctx->failed + 1);
-    ctx->case_name = name;
+             "[r%d] WATCHDOG: case '%s'%s still running after %u s; aborting (a hang the device "
+             "deadline did not catch)\n%d passed, %d failed, %d skipped\n",
+             ctx->rank, name, round_s, wd, ctx->passed, ctx->failed + 1, ctx->skipped);
     ctx->case_ok = 1;
-    double t0 = gt_now_ms();
     alarm(wd);
     fn(ctx);
     GT_CUDA(cudaGetLastError());
     GT_SYNC(ctx);
     alarm(0);
-    double ms = gt_now_ms() - t0;
-    int verdicts[64];
+    int verdicts[GT_MAX_RANKS];
     gt_allgather(ctx, &ctx->case_ok, verdicts, sizeof(int));
     int all_ok = 1;
-    char who[128] = "";
-    for (int r = 0; r < ctx->nranks && r < 64; r++) {
+    who[0] = '\0';
+    for (int r = 0; r < ctx->nranks; r++) {
         if (!verdicts[r]) {
             all_ok = 0;
             size_t l = strlen(who);
-            snprintf(who + l, sizeof who - l, "%s%d", l ? "," : " (failed on rank ", r);
+            snprintf(who + l, who_n - l, "%s%d", l ? "," : " (failed on rank ", r);
         }
     }
-    if (!all_ok) strncat(who, ")", sizeof who - strlen(who) - 1);
+    if (!all_ok) {
+        if (ctx->peer >= 0) {
+            size_t l = strlen(who);
+            snprintf(who + l, who_n - l, " in round %d of %d", ctx->pair_round + 1, ctx->nrounds);
+        }
+        strncat(who, ")", who_n - strlen(who) - 1);
+    }
+    return all_ok;
+}
+
+/* Runs one case on every rank: every rank calls gt_case with the same names and flags in the same
+ * order. GT_PAIRS cases run once per round (nranks - 1 rounds; the budget is per round) and stop
+ * at the first round that fails. Rank 0 prints "PASS name", "FAIL name" or "SKIP name: why". */
+static inline void gt_case(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsigned budget_s,
+                           unsigned flags) {
+    if (ctx->list_only) {
+        printf("%s%s%s%s\n", name, (flags & GT_PAIRS) ? " [pairs]" : "",
+               (flags & GT_TRAPS) ? " [traps]" : "",
+               (flags & GT_CONCURRENT) ? " [concurrent]" : "");
+        return;
+    }
+    if (!gt_selected(ctx, name)) return;
+    char why[512];
+    if (gt_skip_reason(ctx, flags, why, sizeof why)) {
+        ctx->skipped++;
+        if (ctx->rank == 0) printf("SKIP %s: %s\n", name, why);
+        fflush(stdout);
+        return;
+    }
+    unsigned wd = ctx->watchdog_override_s ? ctx->watchdog_override_s : budget_s;
+    ctx->case_name = name;
+    double t0 = gt_now_ms();
+    char who[192];
+    int all_ok;
+    if (flags & GT_PAIRS) {
+        ctx->nrounds = (flags & GT_ONE_ROUND) ? 1 : ctx->nranks - 1;
+        all_ok = 1;
+        for (ctx->pair_round = 0; ctx->pair_round < ctx->nrounds && all_ok; ctx->pair_round++) {
+            ctx->peer = gt_pair_partner(ctx->rank, ctx->pair_round, ctx->nranks);
+            all_ok = gt_run_once(ctx, name, fn, wd, who, sizeof who);
+        }
+        ctx->peer = -1;
+        ctx->pair_round = ctx->nrounds = 0;
+    } else {
+        all_ok = gt_run_once(ctx, name, fn, wd, who, sizeof who);
+    }
+    double ms = gt_now_ms() - t0;
     if (all_ok)
         ctx->passed++;
     else
@@ -489,9 +677,16 @@ static inline void gt_run(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsign
     ctx->case_name = NULL;
 }
 
+/* A collective case (GT_ALL). */
+static inline void gt_run(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsigned budget_s) {
+    gt_case(ctx, name, fn, budget_s, GT_ALL);
+}
+
 static inline void gt_usage(const char *prog) {
-    fprintf(stderr, "usage: cchan-run -n 2 %s [--case a,b,...] [--list] [--watchdog seconds]\n",
-            prog);
+    fprintf(stderr,
+            "usage: cchan-run -n N %s [--case a,b,...] [--list] [--watchdog seconds]  (N: 2 to "
+            "%d)\n",
+            prog, GT_MAX_RANKS);
 }
 
 /* Parses the harness options; returns 0, or -1 on a bad argument. */
@@ -524,10 +719,24 @@ typedef struct gt_rank_id {
     unsigned char uuid[16];
     int device;
     int cc_major;
+    int mps;
 } gt_rank_id_t;
 
-/* Skips (77) without a GPU; bootstraps from the launcher's environment; checks there are exactly
- * two ranks and that each has a GPU of its own; creates the CUDA communicator with the device-wait
+/* 1 if this process is (or will be) an MPS client: the MPS control daemon's pipe exists.
+ * CCHAN_GPU_TEST_MPS=0/1 overrides (e.g. for a daemon under another pipe directory). */
+static inline int gt_detect_mps(void) {
+    const char *o = getenv("CCHAN_GPU_TEST_MPS");
+    if (o && *o) return atoi(o) != 0;
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char path[512];
+    snprintf(path, sizeof path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+/* Skips (77) without a GPU; bootstraps from the launcher's environment; checks there are 2 to
+ * GT_MAX_RANKS ranks; notes which ranks share a GPU (rank count above the GPU count: then MPS or
+ * time-slicing decides which cases run); creates the CUDA communicator with the device-wait
  * deadline set; creates the stream and the result record. */
 static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -535,8 +744,10 @@ static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char 
     ctx->test_name = test_name;
     ctx->self_exe = "/proc/self/exe";
     ctx->rank = -1;
+    ctx->peer = -1;
     gt_current = ctx;
     if (gt_parse_args(ctx, argc, argv)) exit(2);
+    if (ctx->list_only) return; /* the caller lists its cases with gt_case, then exits */
 
     int ngpu = 0;
     cudaError_t e = cudaGetDeviceCount(&ngpu);
@@ -544,16 +755,13 @@ static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char 
     if (e != cudaSuccess || ngpu == 0) {
         snprintf(why, sizeof why, "no CUDA GPU (cudaGetDeviceCount: %s, %d devices)",
                  e == cudaSuccess ? "ok" : cudaGetErrorString(e), ngpu);
-        if (ctx->list_only)
-            ctx->nranks = 0;
-        else
-            gt_skip(test_name, why);
+        gt_skip(test_name, why);
     }
-    if (ctx->list_only) return; /* the caller lists its cases with gt_run, then exits */
+    ctx->ngpus = ngpu;
 
     if (!getenv("CCHAN_RANK") && !getenv("RANK") && !getenv("OMPI_COMM_WORLD_RANK") &&
         !getenv("PMI_RANK") && !getenv("SLURM_PROCID"))
-        gt_skip(test_name, "needs 2 ranks, one per GPU: run it as `cchan-run -n 2 <test>`");
+        gt_skip(test_name, "needs 2 to 8 ranks: run it as `cchan-run -n N <test>`");
 
     cchan_bootstrap_t *bs = NULL;
     GT_CCHAN(cchan_bootstrap_create_from_env(&bs));
@@ -561,8 +769,8 @@ static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char 
     ctx->nranks = cchan_bootstrap_size(bs);
     ctx->local_rank = cchan_bootstrap_local_rank(bs);
     ctx->local_size = cchan_bootstrap_local_size(bs);
-    if (ctx->nranks != 2) {
-        snprintf(why, sizeof why, "needs exactly 2 ranks (one per GPU), got %d", ctx->nranks);
+    if (ctx->nranks < 2 || ctx->nranks > GT_MAX_RANKS) {
+        snprintf(why, sizeof why, "needs 2 to %d ranks, got %d", GT_MAX_RANKS, ctx->nranks);
         cchan_bootstrap_destroy(bs);
         gt_skip(test_name, why);
     }
@@ -576,30 +784,32 @@ static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char 
     ctx->cc_minor = prop.minor;
     snprintf(ctx->device_name, sizeof ctx->device_name, "%s", prop.name);
 
-    /* Two ranks on one GPU (fewer GPUs than ranks, or CUDA_VISIBLE_DEVICES pointing both at one)
-     * would make this a single-GPU test: skip instead. */
-    gt_rank_id_t me, all[2];
+    /* Ranks on one GPU (more local ranks than GPUs, or CUDA_VISIBLE_DEVICES pointing several at
+     * one) run every case but those that cannot be correct there (gt_skip_reason). */
+    gt_rank_id_t me, all[GT_MAX_RANKS];
     memset(&me, 0, sizeof me);
     gethostname(me.host, sizeof me.host - 1);
     memcpy(me.uuid, &prop.uuid, sizeof me.uuid);
     me.device = ctx->device;
     me.cc_major = prop.major;
+    me.mps = gt_detect_mps();
     GT_CCHAN(cchan_bootstrap_allgather(bs, &me, all, sizeof me));
-    const char *skip = NULL;
-    if (!strcmp(all[0].host, all[1].host) && !memcmp(all[0].uuid, all[1].uuid, 16)) {
-        snprintf(why, sizeof why,
-                 "fewer GPUs than ranks: both ranks got the same GPU on %s (%d visible, %d local "
-                 "ranks)",
-                 me.host, ngpu, ctx->local_size);
-        skip = why;
-    } else if (all[0].cc_major < 8 || all[1].cc_major < 8) {
-        snprintf(why, sizeof why, "needs compute capability 8.0 or newer (got %d.x and %d.x)",
-                 all[0].cc_major, all[1].cc_major);
-        skip = why;
+    int min_cc = 99, any_mps = 0;
+    for (int r = 0; r < ctx->nranks; r++) {
+        if (all[r].cc_major < min_cc) min_cc = all[r].cc_major;
+        any_mps |= all[r].mps;
+        int same = !strcmp(all[r].host, me.host) && !memcmp(all[r].uuid, me.uuid, 16);
+        if (same) ctx->ranks_on_gpu++;
+        for (int q = 0; q < r; q++)
+            if (!strcmp(all[r].host, all[q].host) && !memcmp(all[r].uuid, all[q].uuid, 16))
+                ctx->shared_gpu = 1;
     }
-    if (skip) {
+    ctx->mps = any_mps;
+    if (min_cc < 8) {
+        snprintf(why, sizeof why, "needs compute capability 8.0 or newer on every rank (got %d.x)",
+                 min_cc);
         cchan_bootstrap_destroy(bs);
-        gt_skip(test_name, skip);
+        gt_skip(test_name, why);
     }
 
     const char *env_timeout = getenv("CCHAN_TIMEOUT_MS");
@@ -626,12 +836,16 @@ static inline void gt_init(gt_ctx_t *ctx, const char *test_name, int argc, char 
     sa.sa_handler = gt_watchdog_handler;
     sigaction(SIGALRM, &sa, NULL);
 
+    const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     gt_log(ctx,
-           "%s: rank %d/%d (local %d/%d) on %s, GPU %d: %s (sm_%d%d, %d SMs); %s; device "
-           "timeout %llu ms",
+           "%s: rank %d/%d (local %d/%d) on %s, GPU %d: %s (sm_%d%d, %d SMs), %d rank(s) on it%s%s"
+           "%s; %s; device timeout %llu ms",
            test_name, ctx->rank, ctx->nranks, ctx->local_rank, ctx->local_size, me.host,
            ctx->device, ctx->device_name, ctx->cc_major, ctx->cc_minor, ctx->num_sms,
-           cchan_version(), (unsigned long long)ctx->device_timeout_ms);
+           ctx->ranks_on_gpu,
+           ctx->shared_gpu ? (ctx->mps ? ", MPS" : ", time-sliced (no MPS)") : "",
+           ctx->mps && pct ? ", active thread % " : "", ctx->mps && pct ? pct : "", cchan_version(),
+           (unsigned long long)ctx->device_timeout_ms);
 }
 
 /* Prints the summary (rank 0) and returns the exit code. The caller has destroyed its objects. */
@@ -646,9 +860,10 @@ static inline int gt_finish(gt_ctx_t *ctx) {
         ctx->failed++;
     }
     if (ctx->rank == 0)
-        printf("%d passed, %d failed\n", ctx->passed, ctx->failed);
+        printf("%d passed, %d failed, %d skipped\n", ctx->passed, ctx->failed, ctx->skipped);
     else
-        gt_log(ctx, "done: %d passed, %d failed", ctx->passed, ctx->failed);
+        gt_log(ctx, "done: %d passed, %d failed, %d skipped", ctx->passed, ctx->failed,
+               ctx->skipped);
     fflush(stdout);
     return ctx->failed ? 1 : 0;
 }
@@ -773,5 +988,233 @@ static inline void gt_log_child(const gt_ctx_t *ctx, const char *label, const gt
         p = nl + 1;
     }
 }
+
+/* ------------------------------------------------------------------ device-wait deadline cases
+ *
+ * A case that checks a device-wait deadline (a GT_TRAPS case) runs in child processes, a pair of
+ * them per pair of ranks: rank 0 of each child pair waits on something that its partner never
+ * signals, its kernel must trap at the deadline, and cchan_comm_check_device() must name the wait.
+ * The pair's lower rank creates a unique id; the ranks all-gather them; each rank spawns itself as
+ * `--gt-child KIND CHILD_RANK DEVICE HEXID`; gt_main hands that to the suite's child hooks. */
+
+typedef struct gt_child_env {
+    const char *kind;
+    int rank; /* 0: waits and traps; 1: never signals */
+    int device;
+    unsigned deadline_ms;
+    cchan_bootstrap_t *bs;
+    cchan_comm_t *comm;
+    void *user; /* the suite's state, from prepare to launch */
+} gt_child_env_t;
+
+/* prepare: on both child ranks, collectively (returns 0 or a negative status); launch: on rank 0,
+ * launches the kernel that must trap (the harness checks the launch and synchronizes). */
+typedef int (*gt_child_prepare_fn)(gt_child_env_t *env);
+typedef void (*gt_child_launch_fn)(gt_child_env_t *env);
+
+#define GT_CHILD_DEADLINE_MS 2000u
+/* A kind that starts with "dead" has no deadline: child rank 1 exits without teardown this long
+ * after the barrier, and rank 0's wait must end because its peer died. */
+#define GT_CHILD_DEAD_AFTER_MS 500u
+
+static inline int gt_child_main(int argc, char **argv, gt_child_prepare_fn prepare,
+                                gt_child_launch_fn launch) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 6 || !prepare || !launch) {
+        printf("GT-CHILD error=usage (or this suite has no child hooks)\n");
+        return 2;
+    }
+    gt_child_env_t env;
+    memset(&env, 0, sizeof env);
+    env.kind = argv[2];
+    env.rank = atoi(argv[3]);
+    env.device = atoi(argv[4]);
+    const int dead = !strncmp(env.kind, "dead", 4);
+    env.deadline_ms = dead ? 0 : GT_CHILD_DEADLINE_MS;
+    cchan_unique_id_t id;
+    if (gt_hex_decode(argv[5], id.internal, sizeof id.internal)) {
+        printf("GT-CHILD error=bad id\n");
+        return 2;
+    }
+#define GT_CHILD_CHECK(call)                                                                       \
+    do {                                                                                           \
+        int s_ = (call);                                                                           \
+        if (s_ < 0) {                                                                              \
+            printf("GT-CHILD error=%s = %d (%s): %s\n", #call, s_, cchan_strerror(s_),             \
+                   cchan_last_error());                                                            \
+            fflush(stdout);                                                                        \
+            _exit(3);                                                                              \
+        }                                                                                          \
+    } while (0)
+    cudaError_t ce = cudaSetDevice(env.device);
+    if (ce != cudaSuccess) {
+        printf("GT-CHILD error=cudaSetDevice: %s\n", cudaGetErrorName(ce));
+        return 3;
+    }
+    GT_CHILD_CHECK(cchan_bootstrap_create(&id, env.rank, 2, &env.bs));
+    cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
+    cfg.platform = CCHAN_PLATFORM_CUDA;
+    cfg.device = env.device;
+    cfg.timeout_ms = env.deadline_ms;
+    GT_CHILD_CHECK(cchan_comm_create(env.bs, &cfg, &env.comm));
+    GT_CHILD_CHECK(cchan_comm_set_timeout_ms(env.comm, env.deadline_ms));
+    GT_CHILD_CHECK(prepare(&env));
+    GT_CHILD_CHECK(cchan_bootstrap_barrier(env.bs));
+    if (dead && env.rank == 1) {
+        usleep(GT_CHILD_DEAD_AFTER_MS * 1000);
+        _exit(0); /* no teardown: to rank 0 this rank died */
+    }
+    if (env.rank == 0) {
+        printf("GT-CHILD launched kind=%s deadline_ms=%u\n", env.kind, env.deadline_ms);
+        double t0 = gt_now_ms();
+        launch(&env);
+        cudaError_t le = cudaGetLastError();
+        cudaError_t se = cudaDeviceSynchronize();
+        double ms = gt_now_ms() - t0;
+        printf("GT-CHILD launch=%s\n", cudaGetErrorName(le));
+        printf("GT-CHILD sync=%s\n", cudaGetErrorName(se));
+        printf("GT-CHILD elapsed_ms=%.0f\n", ms);
+        int st = cchan_comm_check_device(env.comm);
+        printf("GT-CHILD check_device=%d\n", st);
+        printf("GT-CHILD diag=%s\n", st ? cchan_last_error() : "");
+    }
+    if (!dead) GT_CHILD_CHECK(cchan_bootstrap_barrier(env.bs));
+    fflush(stdout);
+    _exit(0); /* rank 0's CUDA context is gone: no orderly teardown */
+#undef GT_CHILD_CHECK
+}
+
+/* One child pair of gt_timeout_pair: pid is the pair's unique id, waiter 1 on its lower rank. */
+/* What the waiting child must report: its kernel failed between lo_ms and hi_ms after launch and
+ * cchan_comm_check_device() returned status with a diagnostic containing every string of want[]. */
+typedef struct gt_child_expect {
+    const char *const *want;
+    int nwant;
+    int status;
+    double lo_ms, hi_ms;
+} gt_child_expect_t;
+
+static inline void gt_timeout_pair_run(gt_ctx_t *ctx, const char *kind, const gt_child_expect_t *x,
+                                       const cchan_unique_id_t *pid, int waiter) {
+    cchan_unique_id_t id;
+    char hex[2 * sizeof id.internal + 1], rank_s[16], dev_s[16], kind_s[64];
+    gt_hex_encode(pid->internal, sizeof pid->internal, hex);
+    snprintf(rank_s, sizeof rank_s, "%d", waiter ? 0 : 1);
+    snprintf(dev_s, sizeof dev_s, "%d", ctx->device);
+    snprintf(kind_s, sizeof kind_s, "%s", kind);
+    char exe[] = "/proc/self/exe", mode[] = "--gt-child";
+    char *argv[] = {exe, mode, kind_s, rank_s, dev_s, hex, NULL};
+    gt_child_t *c = (gt_child_t *)malloc(sizeof *c);
+    /* Below the bootstrap's 30 s receive timeout, so a hung child fails this case on every rank
+     * instead of timing out the parents' next collective. */
+    const unsigned bound_s = 25;
+    int rc = gt_spawn_capture(argv, bound_s, c);
+    if (rc) {
+        gt_fail(ctx, "%s: spawning the child failed: %s", kind, strerror(-rc));
+        free(c);
+        return;
+    }
+    char label[80];
+    snprintf(label, sizeof label, "child-%s", kind);
+    gt_log_child(ctx, label, c);
+    GT_EXPECT(ctx, c->exited && c->exit_code == 0, "%s: child %s with code %d after %.0f ms", kind,
+              c->exited ? "exited" : "was killed", c->exit_code, c->elapsed_ms);
+    if (waiter) {
+        char sync[128], el[64], st[64], diag[2048];
+        const char *s_sync = gt_child_field(c, "GT-CHILD sync=", sync, sizeof sync);
+        const char *s_el = gt_child_field(c, "GT-CHILD elapsed_ms=", el, sizeof el);
+        const char *s_st = gt_child_field(c, "GT-CHILD check_device=", st, sizeof st);
+        const char *s_diag = gt_child_field(c, "GT-CHILD diag=", diag, sizeof diag);
+        GT_EXPECT(ctx, s_sync && strcmp(s_sync, "cudaSuccess") != 0,
+                  "%s: the waiting kernel did not fail (sync=%s)", kind,
+                  s_sync ? s_sync : "(none)");
+        double ms = s_el ? atof(s_el) : -1;
+        GT_EXPECT(ctx, ms >= x->lo_ms && ms <= x->hi_ms,
+                  "%s: the kernel failed after %.0f ms; expected %.0f..%.0f ms", kind, ms, x->lo_ms,
+                  x->hi_ms);
+        GT_EXPECT(ctx, s_st && atoi(s_st) == x->status,
+                  "%s: cchan_comm_check_device returned %s, want %d (%s)", kind,
+                  s_st ? s_st : "(none)", x->status, cchan_strerror(x->status));
+        for (int k = 0; k < x->nwant; k++)
+            GT_EXPECT(ctx, s_diag && strstr(s_diag, x->want[k]),
+                      "%s: diagnostic lacks \"%s\": \"%.1000s\"", kind, x->want[k],
+                      s_diag ? s_diag : "(none)");
+        if (s_diag) gt_log(ctx, "%s diagnostic after %.0f ms: %s", kind, ms, s_diag);
+    }
+    free(c);
+}
+
+/* In a GT_PAIRS | GT_TRAPS case: runs child pair `kind` with this round's partner (the lower rank's
+ * child waits and must trap) and checks, on the lower rank, that the kernel failed near the
+ * deadline with CCHAN_ERR_DEVICE_TIMEOUT and a diagnostic containing every string of want[]. */
+static inline void gt_child_pair(gt_ctx_t *ctx, const char *kind, const gt_child_expect_t *x) {
+    const int peer = gt_peer(ctx), waiter = ctx->rank < peer;
+    cchan_unique_id_t id, ids[GT_MAX_RANKS];
+    memset(&id, 0, sizeof id);
+    if (waiter) {
+        unsetenv("CCHAN_BOOTSTRAP_PORT"); /* the children need a port of their own */
+        GT_CCHAN(cchan_get_unique_id(&id));
+    }
+    gt_allgather(ctx, &id, ids, sizeof id);
+    const int leader = waiter ? ctx->rank : peer;
+    if (!ctx->shared_gpu) {
+        gt_timeout_pair_run(ctx, kind, x, &ids[leader], waiter);
+        return;
+    }
+    /* Ranks sharing a GPU run their pairs one at a time: there a trap also ended the kernels other
+     * contexts had running at that moment (time-sliced, with no diagnostic of their own: seen at 4
+     * and 8 ranks on one H100), and their partners' children then waited for a dead peer. */
+    for (int turn = 0; turn < ctx->nranks; turn++) {
+        gt_barrier(ctx);
+        if (turn == leader) gt_timeout_pair_run(ctx, kind, x, &ids[leader], waiter);
+    }
+    gt_barrier(ctx);
+}
+
+static inline void gt_timeout_pair(gt_ctx_t *ctx, const char *kind, const char *const *want,
+                                   int nwant) {
+    const gt_child_expect_t x = {want, nwant, CCHAN_ERR_DEVICE_TIMEOUT, 0.9 * GT_CHILD_DEADLINE_MS,
+                                 GT_CHILD_DEADLINE_MS + 20000.0};
+    gt_child_pair(ctx, kind, &x);
+}
+
+/* ------------------------------------------------------------------ main
+ *
+ * Every suite's main is GT_MAIN(suite): setup and teardown run once on every rank around the
+ * cases (either may be NULL); cases() calls gt_case/gt_run for each case in order; the child hooks
+ * serve the suite's GT_TRAPS cases (NULL if it has none). */
+
+typedef struct gt_suite {
+    const char *name;
+    void (*setup)(gt_ctx_t *ctx);
+    void (*cases)(gt_ctx_t *ctx);
+    void (*teardown)(gt_ctx_t *ctx);
+    gt_child_prepare_fn child_prepare;
+    gt_child_launch_fn child_launch;
+} gt_suite_t;
+
+static inline int gt_main(const gt_suite_t *s, int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--gt-child"))
+        return gt_child_main(argc, argv, s->child_prepare, s->child_launch);
+    /* Never a multicast object here: the refusal is armed even if the caller forgot. */
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    unsetenv("CCHAN_NVLS");
+    static gt_ctx_t ctx;
+    gt_init(&ctx, s->name, argc, argv);
+    if (ctx.list_only) {
+        s->cases(&ctx);
+        return 0;
+    }
+    if (s->setup) s->setup(&ctx);
+    s->cases(&ctx);
+    if (s->teardown) s->teardown(&ctx);
+    return gt_finish(&ctx);
+}
+
+#define GT_MAIN(...)                                                                               \
+    int main(int argc, char **argv) {                                                              \
+        static const gt_suite_t gt_suite_ = __VA_ARGS__;                                           \
+        return gt_main(&gt_suite_, argc, argv);                                                    \
+    }
 
 #endif /* CCHAN_TEST_GPU_TEST_H */

@@ -1,6 +1,6 @@
-/* cchan_coll on two GPUs, one process per GPU (issue 7).
+/* cchan_coll, 2 to 8 ranks, one process per rank (GPUs of their own or shared).
  *
- *   cchan-run -n 2 --timeout 600 build/test/gpu/test_coll_gpu [--case NAME,...] [--list]
+ *   cchan-run -n N --timeout 600 build/test/gpu/test_coll_gpu [--case NAME,...] [--list]
  *
  * correct_<algo>: every op x dtype x size (1 KiB .. 1 GiB, odd element counts among them) x in
  *   place / out of place. Inputs are small multiples of a power of two drawn from a hash of
@@ -13,9 +13,12 @@
  * correct_switch: SWITCH AllReduce (the portable path: no multicast here).
  * correct_ce, correct_zc_blocks, graph_ce: CE all-pairs (AllReduce, AllGather) with several
  *   parameter sets, the zero-copy AllReduce with a larger grid, both in graphs (registered).
- * correct_ring, graph_ring, timing_ring: PORT_RING on registered buffers, every op (last).
- * timing: each algorithm at sizes 1 KiB .. 1 GiB, one call per graph, replayed (1000 times up to
- *   4 MiB): time per call on rank 0 (device events), bus bandwidth as nccl-tests counts it.
+ * allreduce_beside_busy_kernel: AllReduce (LL, HB, zero-copy, auto) launched while a stand-in
+ * kernel spins on most SMs on a second stream and ends on its own: each call finishes after it and
+ * is correct (no kernel may depend on a co-residency nothing guaranteed it). correct_ring,
+ * graph_ring, timing_ring: PORT_RING on registered buffers, every op (last). timing: each algorithm
+ * at sizes 1 KiB .. 1 GiB, one call per graph, replayed (1000 times up to 4 MiB): time per call on
+ * rank 0 (device events), bus bandwidth as nccl-tests counts it.
  */
 #include "gpu_test.h"
 
@@ -31,6 +34,9 @@ typedef struct cg_env {
     cchan_coll_t *narrow;     /* max_blocks 4: LL with 4 blocks instead of 16 (timing only) */
 } cg_env_t;
 static cg_env_t g_cg;
+/* allreduce_beside_busy_kernel: nonzero while cg_one starts a hog (gt_hog_start) for this many ms
+ * right before each call. */
+static unsigned g_cg_hog_ms;
 
 /* ------------------------------------------------------------------ data */
 
@@ -153,7 +159,13 @@ static int cg_one(gt_ctx_t *ctx, cchan_coll_t *coll, cchan_coll_algo_t algo, int
     GT_SYNC(ctx);
     gt_barrier(
         ctx); /* both ranks' inputs are ready (the kernels need no such barrier; the poison does) */
+    gt_hog_t hog;
+    if (g_cg_hog_ms) gt_hog_start(ctx, &hog, 0.9, g_cg_hog_ms);
     int st = cg_call(coll, op, c.send, c.recv, c.count, dt, algo, ctx->stream);
+    if (g_cg_hog_ms) {
+        GT_SYNC(ctx); /* the call finished: after the hog, or beside it */
+        gt_hog_end(ctx, &hog);
+    }
     if (st) {
         gt_fail(ctx, "%s: %s %s %s %zu elements%s: %d (%s)", label, cchan_coll_algo_name(algo),
                 cg_op_name(op), cg_dt_name(dt), c.count, in_place ? " in place" : "", st,
@@ -516,7 +528,68 @@ static void case_timing_ring(gt_ctx_t *ctx) {
                 cg_time(ctx, g_cg.zc, CCHAN_COLL_PORT_RING, op, cg_sizes[si], g_cg.ra, g_cg.rb);
 }
 
+/* ------------------------------------------------------------------ beside a busy kernel */
+
+#define HOG_MS 300u
+
+static void case_allreduce_beside_busy_kernel(gt_ctx_t *ctx) {
+    static const struct {
+        cchan_coll_algo_t algo;
+        int zc;
+    } algos[] = {{CCHAN_COLL_LL_ALLPAIRS, 0},
+                 {CCHAN_COLL_HB_ALLPAIRS, 0},
+                 {CCHAN_COLL_HB_ALLPAIRS, 1},
+                 {CCHAN_COLL_AUTO, 0}};
+    static const size_t sizes[] = {4 * GT_KiB, GT_MiB, 64 * GT_MiB};
+    uint64_t tag = gt_hash_name("allreduce_beside_busy_kernel"), iter = 0;
+    for (size_t ai = 0; ai < sizeof algos / sizeof algos[0]; ai++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            cchan_coll_t *coll = algos[ai].zc ? g_cg.zc : g_cg.plain;
+            uint8_t *a = algos[ai].zc ? g_cg.ra : g_cg.a, *b = algos[ai].zc ? g_cg.rb : g_cg.b;
+            char label[96];
+            snprintf(label, sizeof label, "beside a busy kernel%s", algos[ai].zc ? " (zc)" : "");
+            g_cg_hog_ms = HOG_MS;
+            double t0 = gt_now_ms();
+            cg_one(ctx, coll, algos[ai].algo, 0, 0, sizes[si], 0, 0, a, b, gt_seed(tag, 0, iter++),
+                   label);
+            double ms = gt_now_ms() - t0;
+            g_cg_hog_ms = 0;
+            if (ctx->rank == 0)
+                gt_log(ctx, "%s: %s AllReduce %zu B finished (and checked) after %.1f ms", label,
+                       cchan_coll_algo_name(algos[ai].algo), sizes[si], ms);
+            if (!gt_all_ok(ctx)) return;
+        }
+}
+
 /* ------------------------------------------------------------------ setup */
+
+static void cg_setup(gt_ctx_t *ctx) {
+    GT_CUDA(cudaMalloc((void **)&g_cg.a, CG_BUF_BYTES));
+    GT_CUDA(cudaMalloc((void **)&g_cg.b, CG_BUF_BYTES));
+    GT_CUDA(cudaMalloc((void **)&g_cg.ra, CG_BUF_BYTES));
+    GT_CUDA(cudaMalloc((void **)&g_cg.rb, CG_BUF_BYTES));
+    GT_CCHAN(cchan_coll_create(ctx->comm, NULL, &g_cg.plain));
+    GT_CCHAN(cchan_coll_create(ctx->comm, NULL, &g_cg.zc));
+    cchan_coll_config_t narrow = CCHAN_COLL_CONFIG_INIT;
+    narrow.max_blocks = 4;
+    narrow.scratch_bytes = 16 * GT_MiB;
+    GT_CCHAN(cchan_coll_create(ctx->comm, &narrow, &g_cg.narrow));
+    GT_CCHAN(cchan_coll_register(g_cg.zc, g_cg.ra, CG_BUF_BYTES));
+    GT_CCHAN(cchan_coll_register(g_cg.zc, g_cg.rb, CG_BUF_BYTES));
+}
+
+static void cg_teardown(gt_ctx_t *ctx) {
+    (void)ctx;
+    GT_CCHAN(cchan_coll_deregister(g_cg.zc, g_cg.ra));
+    GT_CCHAN(cchan_coll_deregister(g_cg.zc, g_cg.rb));
+    GT_CCHAN(cchan_coll_destroy(g_cg.zc));
+    GT_CCHAN(cchan_coll_destroy(g_cg.narrow));
+    GT_CCHAN(cchan_coll_destroy(g_cg.plain));
+    GT_CUDA(cudaFree(g_cg.a));
+    GT_CUDA(cudaFree(g_cg.b));
+    GT_CUDA(cudaFree(g_cg.ra));
+    GT_CUDA(cudaFree(g_cg.rb));
+}
 
 static void cg_cases(gt_ctx_t *ctx) {
     /* the port ring last: a trap there (device deadline) ends the process */
@@ -530,39 +603,10 @@ static void cg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "correct_zc_blocks", case_correct_zc_small_blocks, 300);
     gt_run(ctx, "graph_ce", case_graph_ce, 300);
     gt_run(ctx, "timing", case_timing, 300);
+    gt_run(ctx, "allreduce_beside_busy_kernel", case_allreduce_beside_busy_kernel, 300);
     gt_run(ctx, "correct_ring", case_correct_ring, 300);
     gt_run(ctx, "graph_ring", case_graph_ring, 300);
     gt_run(ctx, "timing_ring", case_timing_ring, 300);
 }
 
-int main(int argc, char **argv) {
-    gt_ctx_t ctx;
-    gt_init(&ctx, "test_coll_gpu", argc, argv);
-    if (ctx.list_only) {
-        cg_cases(&ctx);
-        return 0;
-    }
-    GT_CUDA(cudaMalloc((void **)&g_cg.a, CG_BUF_BYTES));
-    GT_CUDA(cudaMalloc((void **)&g_cg.b, CG_BUF_BYTES));
-    GT_CUDA(cudaMalloc((void **)&g_cg.ra, CG_BUF_BYTES));
-    GT_CUDA(cudaMalloc((void **)&g_cg.rb, CG_BUF_BYTES));
-    GT_CCHAN(cchan_coll_create(ctx.comm, NULL, &g_cg.plain));
-    GT_CCHAN(cchan_coll_create(ctx.comm, NULL, &g_cg.zc));
-    cchan_coll_config_t narrow = CCHAN_COLL_CONFIG_INIT;
-    narrow.max_blocks = 4;
-    narrow.scratch_bytes = 16 * GT_MiB;
-    GT_CCHAN(cchan_coll_create(ctx.comm, &narrow, &g_cg.narrow));
-    GT_CCHAN(cchan_coll_register(g_cg.zc, g_cg.ra, CG_BUF_BYTES));
-    GT_CCHAN(cchan_coll_register(g_cg.zc, g_cg.rb, CG_BUF_BYTES));
-    cg_cases(&ctx);
-    GT_CCHAN(cchan_coll_deregister(g_cg.zc, g_cg.ra));
-    GT_CCHAN(cchan_coll_deregister(g_cg.zc, g_cg.rb));
-    GT_CCHAN(cchan_coll_destroy(g_cg.zc));
-    GT_CCHAN(cchan_coll_destroy(g_cg.narrow));
-    GT_CCHAN(cchan_coll_destroy(g_cg.plain));
-    GT_CUDA(cudaFree(g_cg.a));
-    GT_CUDA(cudaFree(g_cg.b));
-    GT_CUDA(cudaFree(g_cg.ra));
-    GT_CUDA(cudaFree(g_cg.rb));
-    return gt_finish(&ctx);
-}
+GT_MAIN({"test_coll_gpu", cg_setup, cg_cases, cg_teardown, NULL, NULL})

@@ -1,12 +1,15 @@
-/* Memory channel, semaphores and barriers on two GPUs, one process per GPU (issue 3).
+/* Memory channel, semaphores and barriers, 2 to 8 ranks (GPUs of their own or shared).
  *
- *   cchan-run -n 2 --timeout 600 build/test/gpu/test_memory_channel_gpu [--case NAME,...] [--list]
+ *   cchan-run -n N --timeout 600 build/test/gpu/test_memory_channel_gpu [--case NAME,...] [--list]
  *
- * Every rank owns three cchan_mem_alloc buffers, exchanged with the peer:
+ * Every rank owns three cchan_mem_alloc buffers, exchanged with every rank:
  *   L (1 GiB + 2 MiB)  source: filled with a per-(case, rank, iteration) pattern;
  *   D (1 GiB + 2 MiB)  destination: poisoned before each transfer, checked whole on the GPU;
  *   P (4 MiB)          LL packet buffer (the peer's put_packets land here).
- * Both ranks act at once (each puts to the other), so every case runs both directions.
+ * Point-to-point cases run once per round of a round-robin pairing (gt_case GT_PAIRS), so every
+ * pair of ranks meets (put_get_sizes, whose every transfer fills and checks 1 GiB, in the first
+ * round only); both ranks of a pair act at once (each puts to the other), so every case
+ * runs both directions.
  */
 #include "gpu_test.h"
 
@@ -18,7 +21,7 @@
 
 typedef struct mc_env {
     cchan_mem_t *L, *D, *P;
-    cchan_mem_t *peerL[2], *peerD[2], *peerP[2];
+    cchan_mem_t *peerL[GT_MAX_RANKS], *peerD[GT_MAX_RANKS], *peerP[GT_MAX_RANKS];
     uint8_t *l, *d, *p; /* local device pointers */
 } mc_env_t;
 
@@ -43,7 +46,8 @@ static cchan_sem_set_t *mc_sems(gt_ctx_t *ctx, int count) {
 /* Signals this side has sent: its outbound count, or, where signals are remote adds (no outbound
  * counter, semaphore.h), the peer's inbound counter, which only this side raises. */
 __device__ unsigned long long mc_sent(const cchan_semaphore_t *s) {
-    return s->outbound ? *(volatile uint64_t *)s->outbound : *(volatile uint64_t *)s->remote_inbound;
+    return s->outbound ? *(volatile uint64_t *)s->outbound
+                       : *(volatile uint64_t *)s->remote_inbound;
 }
 
 /* Reads a semaphore's three counters: inbound, expected, signals sent. */
@@ -388,12 +392,12 @@ __host__ __device__ static inline void hb_geometry(int it, uint64_t *n, uint64_t
 }
 
 /* Block 0 sends (fill, put, signal, wait for the ack); block 1 receives (wait, check the data and
- * the guards, re-poison, ack). Semaphores: data from rank r on index r, its ack on index 2 + r. */
+ * the guards, re-poison, ack). Semaphores: data from the pair's lower rank on index 0, from the
+ * upper on index 1; their acks on 2 and 3. */
 __global__ void k_mc_hb(cchan_memory_channel_t send, cchan_memory_channel_t send_ack,
                         cchan_memory_channel_t recv, cchan_memory_channel_t recv_ack, int rank,
-                        uint64_t tag, gt_result_t *r) {
+                        int peer, uint64_t tag, gt_result_t *r) {
     const uint32_t tid = threadIdx.x, nt = blockDim.x;
-    const int peer = rank ^ 1;
     for (int it = 0; it < HB_ITERS; it++) {
         uint64_t n, so, dof;
         hb_geometry(it, &n, &so, &dof);
@@ -433,13 +437,14 @@ static void case_hb_put_signal_wait(gt_ctx_t *ctx) {
     cchan_memory_channel_t ch[4];
     for (int i = 0; i < 4; i++) ch[i] = mc_channel(ctx, set, i, g_mc.peerD[peer], g_mc.L, g_mc.P);
     /* The receiving block's channel reads D as its local buffer. */
-    cchan_memory_channel_t recv = mc_channel(ctx, set, peer, g_mc.peerD[peer], g_mc.D, g_mc.P);
+    const int me = gt_role(ctx), other = 1 - me;
+    cchan_memory_channel_t recv = mc_channel(ctx, set, other, g_mc.peerD[peer], g_mc.D, g_mc.P);
     gt_poison(ctx, g_mc.d, 4 * GT_MiB);
     gt_result_reset(ctx);
     GT_SYNC(ctx);
     gt_barrier(ctx);
-    GT_LAUNCH(ctx, k_mc_hb, 2, 1024, ch[ctx->rank], ch[2 + ctx->rank], recv, ch[2 + peer],
-              ctx->rank, tag, ctx->res);
+    GT_LAUNCH(ctx, k_mc_hb, 2, 1024, ch[me], ch[2 + me], recv, ch[2 + other], ctx->rank, peer, tag,
+              ctx->res);
     GT_SYNC(ctx);
     gt_result_t r = gt_result_read(ctx);
     if (!gt_report_result(ctx, &r,
@@ -448,7 +453,7 @@ static void case_hb_put_signal_wait(gt_ctx_t *ctx) {
         gt_log(ctx, "first bad: iteration %llu, byte 0x%llx", r.first >> 32,
                r.first & 0xffffffffull);
     gt_barrier(ctx);
-    mc_expect_counters(ctx, "data semaphore (sent)", &ch[ctx->rank].sem, 0, 0, HB_ITERS);
+    mc_expect_counters(ctx, "data semaphore (sent)", &ch[me].sem, 0, 0, HB_ITERS);
     mc_expect_counters(ctx, "data semaphore (received)", &recv.sem, HB_ITERS, HB_ITERS, 0);
     GT_CCHAN(cchan_sem_set_destroy(set));
 }
@@ -458,12 +463,13 @@ static void case_hb_put_signal_wait(gt_ctx_t *ctx) {
 #define PP_ROUNDS 100000
 #define PP_SLOT_OFF 4096u
 
-/* Rank 0 writes 2i+1 into the peer's slot and signals; rank 1 waits, checks, answers 2i+2. */
-__global__ void k_mc_pingpong(cchan_memory_channel_t ch, const uint64_t *my_slot, int rank,
+/* The pair's lower rank (role 0) writes 2i+1 into the peer's slot and signals; the upper waits,
+ * checks, answers 2i+2. */
+__global__ void k_mc_pingpong(cchan_memory_channel_t ch, const uint64_t *my_slot, int role,
                               gt_result_t *r) {
     unsigned long long bad = 0, first = ~0ull, last = 0;
     for (uint64_t i = 0; i < PP_ROUNDS; i++) {
-        if (rank == 0) {
+        if (role == 0) {
             cchan_memory_channel_write_u64(&ch, PP_SLOT_OFF, 2 * i + 1);
             cchan_memory_channel_signal(&ch);
             cchan_memory_channel_wait(&ch);
@@ -497,7 +503,7 @@ static void case_pingpong(gt_ctx_t *ctx) {
     GT_SYNC(ctx);
     gt_barrier(ctx);
     GT_CUDA(cudaEventRecord(e0, ctx->stream));
-    GT_LAUNCH(ctx, k_mc_pingpong, 1, 1, ch, (const uint64_t *)(g_mc.d + PP_SLOT_OFF), ctx->rank,
+    GT_LAUNCH(ctx, k_mc_pingpong, 1, 1, ch, (const uint64_t *)(g_mc.d + PP_SLOT_OFF), gt_role(ctx),
               ctx->res);
     GT_CUDA(cudaEventRecord(e1, ctx->stream));
     GT_SYNC(ctx);
@@ -530,13 +536,13 @@ __host__ __device__ static inline uint64_t ll_size(int it) {
 }
 
 /* Ping-pong of LL payloads through one packet area per rank, reused every iteration with flag
- * flag0 + it and never cleared. Rank 0 sends then reads the reply; rank 1 reads then replies.
+ * flag0 + it and never cleared. The pair's lower rank sends then reads the reply; the upper reads
+ * then replies.
  * Payload sources and destinations move between aligned and unaligned offsets. */
 template <int LL16>
-__global__ void k_mc_ll(cchan_memory_channel_t ch, int rank, uint32_t flag0, uint64_t tag,
+__global__ void k_mc_ll(cchan_memory_channel_t ch, int rank, int peer, uint32_t flag0, uint64_t tag,
                         gt_result_t *r) {
     const uint32_t tid = threadIdx.x, nt = blockDim.x;
-    const int peer = rank ^ 1;
     uint8_t *local = ch.local;
     for (int it = 0; it < LL_ITERS; it++) {
         const uint32_t flag = flag0 + (uint32_t)it;
@@ -545,7 +551,7 @@ __global__ void k_mc_ll(cchan_memory_channel_t ch, int rank, uint32_t flag0, uin
         const uint64_t rx_off = LL_RX_OFF + ((it & 2) ? 5 : 0);
         gt_dev_set(local + rx_off, n + 16, GT_POISON, tid, nt);
         for (int step = 0; step < 2; step++) {
-            const int sending = (step == 0) == (rank == 0);
+            const int sending = (step == 0) == (rank < peer);
             if (sending) {
                 gt_dev_fill(local + src_off, n, gt_seed(tag, rank, it), 0, tid, nt);
                 __syncthreads();
@@ -582,9 +588,10 @@ static void case_ll_flag_reuse(gt_ctx_t *ctx) {
         uint32_t flag0 = proto ? LL_ITERS + 1 : 1;
         double t0 = gt_now_ms();
         if (proto)
-            GT_LAUNCH(ctx, k_mc_ll<1>, 1, 512, ch, ctx->rank, flag0, tag + 1, ctx->res);
+            GT_LAUNCH(ctx, k_mc_ll<1>, 1, 512, ch, ctx->rank, gt_peer(ctx), flag0, tag + 1,
+                      ctx->res);
         else
-            GT_LAUNCH(ctx, k_mc_ll<0>, 1, 512, ch, ctx->rank, flag0, tag, ctx->res);
+            GT_LAUNCH(ctx, k_mc_ll<0>, 1, 512, ch, ctx->rank, gt_peer(ctx), flag0, tag, ctx->res);
         GT_SYNC(ctx);
         double ms = gt_now_ms() - t0;
         gt_result_t r = gt_result_read(ctx);
@@ -755,11 +762,10 @@ __host__ __device__ static inline void mb_geometry(uint32_t b, uint64_t *off, ui
 
 /* Block b talks to the peer's block b over channel b only: put its slice, signal, wait for the
  * peer's slice, check it, re-poison, then a second signal/wait as the ack. */
-__global__ void k_mc_multi(const cchan_memory_channel_t *chs, uint8_t *d, int rank, uint64_t tag,
-                           gt_result_t *r, unsigned long long *counters) {
+__global__ void k_mc_multi(const cchan_memory_channel_t *chs, uint8_t *d, int rank, int peer,
+                           uint64_t tag, gt_result_t *r, unsigned long long *counters) {
     const uint32_t b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     const cchan_memory_channel_t ch = chs[b];
-    const int peer = rank ^ 1;
     uint64_t off, n;
     mb_geometry(b, &off, &n);
     for (int it = 0; it < MB_ITERS; it++) {
@@ -808,7 +814,7 @@ static void case_multi_block_channels(gt_ctx_t *ctx) {
     gt_result_reset(ctx);
     GT_SYNC(ctx);
     gt_barrier(ctx);
-    GT_LAUNCH(ctx, k_mc_multi, nb, 256, dch, g_mc.d, ctx->rank, tag, ctx->res, dcnt);
+    GT_LAUNCH(ctx, k_mc_multi, nb, 256, dch, g_mc.d, ctx->rank, gt_peer(ctx), tag, ctx->res, dcnt);
     GT_SYNC(ctx);
     gt_result_t r = gt_result_read(ctx);
     if (r.errors)
@@ -910,13 +916,13 @@ __host__ __device__ static inline uint64_t rb_value(int rank, uint32_t rd) {
 /* Round rd: thread 32 writes rb_value(rank, rd) into the peer's slot rd, rank barrier, thread 7
  * reads the slot the peer wrote into this rank's D: it must be there already. */
 __global__ void k_rank_barrier(const cchan_semaphore_t *sems, cchan_memory_channel_t ch,
-                               const uint64_t *my_slots, int rank, gt_result_t *r) {
+                               const uint64_t *my_slots, int rank, int peer, gt_result_t *r) {
     const uint32_t tid = threadIdx.x;
     unsigned long long bad = 0, first = ~0ull, last = 0;
     for (uint32_t rd = 0; rd < RB_ROUNDS; rd++) {
         if (tid == 32) cchan_memory_channel_write_u64(&ch, RB_OFF + 8ull * rd, rb_value(rank, rd));
         cchan_rank_barrier(sems, 1, tid);
-        if (tid == 7 && *(const volatile uint64_t *)&my_slots[rd] != rb_value(rank ^ 1, rd)) {
+        if (tid == 7 && *(const volatile uint64_t *)&my_slots[rd] != rb_value(peer, rd)) {
             if (!bad) first = rd;
             bad++;
             last = rd;
@@ -938,7 +944,7 @@ static void case_rank_barrier(gt_ctx_t *ctx) {
     GT_SYNC(ctx);
     gt_barrier(ctx);
     GT_LAUNCH(ctx, k_rank_barrier, 1, 64, dsem, ch, (const uint64_t *)(g_mc.d + RB_OFF), ctx->rank,
-              ctx->res);
+              gt_peer(ctx), ctx->res);
     GT_SYNC(ctx);
     gt_result_t r = gt_result_read(ctx);
     if (r.errors)
@@ -963,10 +969,9 @@ static void case_rank_barrier(gt_ctx_t *ctx) {
  * check it and the guards, re-poison, signal/wait as the ack, count the replay. The replay number
  * comes from device memory, so the captured arguments never change. */
 __global__ void k_mc_graph(cchan_memory_channel_t ch, uint8_t *d, unsigned long long *replays,
-                           int rank, uint64_t tag, gt_result_t *r) {
+                           int rank, int peer, uint64_t tag, gt_result_t *r) {
     const uint32_t tid = threadIdx.x, nt = blockDim.x;
     const uint64_t i = *(volatile unsigned long long *)replays;
-    const int peer = rank ^ 1;
     gt_dev_fill(ch.local + GR_SO, GR_N, gt_seed(tag, rank, i), 0, tid, nt);
     __syncthreads();
     cchan_memory_channel_put(&ch, GR_DO, GR_SO, GR_N, tid, nt);
@@ -1004,7 +1009,8 @@ static void case_graph_replay(gt_ctx_t *ctx) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     GT_CUDA(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
-    k_mc_graph<<<1, 512, 0, ctx->stream>>>(ch, g_mc.d, replays, ctx->rank, tag, ctx->res);
+    k_mc_graph<<<1, 512, 0, ctx->stream>>>(ch, g_mc.d, replays, ctx->rank, gt_peer(ctx), tag,
+                                           ctx->res);
     cudaError_t launch_err = cudaGetLastError();
     GT_CUDA(cudaStreamEndCapture(ctx->stream, &graph));
     GT_CUDA(launch_err);
@@ -1037,13 +1043,11 @@ static void case_graph_replay(gt_ctx_t *ctx) {
 
 /* ------------------------------------------------------------------ a wait that times out
  *
- * Runs in child processes (a trap ends the CUDA context): rank 0's child waits on a semaphore (or
- * LL packets) that rank 1's child never signals; the kernel must trap at the deadline, and
- * cchan_comm_check_device() must name the wait. */
+ * Runs in child processes (a trap ends the CUDA context), one pair per pair of ranks: the lower
+ * child waits on a semaphore (or LL packets) that its partner never signals; the kernel must trap
+ * at the deadline, and cchan_comm_check_device() must name the wait. */
 
-#define TO_DEADLINE_MS 2000u
 #define TO_LL_FLAG 0x5EEDu
-#define DEAD_AFTER_MS 500u /* kind "dead": rank 1's child dies this long after the barrier */
 
 __global__ void k_to_wait_sem(cchan_memory_channel_t ch) { cchan_memory_channel_wait(&ch); }
 __global__ void k_to_wait_ll8(cchan_memory_channel_t ch) {
@@ -1051,144 +1055,25 @@ __global__ void k_to_wait_ll8(cchan_memory_channel_t ch) {
                                           blockDim.x);
 }
 
-/* argv: self --gt-child KIND RANK DEVICE HEXID */
-static int timeout_child_main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 6) {
-        printf("GT-CHILD error=usage\n");
-        return 2;
-    }
-    const char *kind = argv[2];
-    int rank = atoi(argv[3]), dev = atoi(argv[4]);
-    cchan_unique_id_t id;
-    if (gt_hex_decode(argv[5], id.internal, sizeof id.internal)) {
-        printf("GT-CHILD error=bad id\n");
-        return 2;
-    }
-#define CHILD_CHECK(call)                                                                          \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            printf("GT-CHILD error=%s = %d (%s): %s\n", #call, s_, cchan_strerror(s_),             \
-                   cchan_last_error());                                                            \
-            fflush(stdout);                                                                        \
-            _exit(3);                                                                              \
-        }                                                                                          \
-    } while (0)
-#define CHILD_CUDA(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("GT-CHILD error=%s: %s\n", #call, cudaGetErrorName(e_));                        \
-            fflush(stdout);                                                                        \
-            _exit(3);                                                                              \
-        }                                                                                          \
-    } while (0)
-    CHILD_CUDA(cudaSetDevice(dev));
-    cchan_bootstrap_t *bs;
-    CHILD_CHECK(cchan_bootstrap_create(&id, rank, 2, &bs));
-    cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
-    cfg.platform = CCHAN_PLATFORM_CUDA;
-    cfg.device = dev;
-    /* Kind "dead": no deadline at all; the wait must end because rank 1 dies. */
-    const int dead = !strcmp(kind, "dead");
-    cfg.timeout_ms = dead ? 0 : TO_DEADLINE_MS;
-    cchan_comm_t *comm;
-    CHILD_CHECK(cchan_comm_create(bs, &cfg, &comm));
-    CHILD_CHECK(cchan_comm_set_timeout_ms(comm, dead ? 0 : TO_DEADLINE_MS));
+static cchan_memory_channel_t g_to_ch;
+
+static int to_child_prepare(gt_child_env_t *env) {
     cchan_mem_t *buf, *peers[2];
-    CHILD_CHECK(cchan_mem_alloc(comm, 2 * GT_MiB, 0, &buf));
-    CHILD_CHECK(cchan_mem_exchange(comm, buf, peers));
-    cchan_sem_set_t *set;
-    CHILD_CHECK(cchan_sem_set_create(comm, 1, 0, &set));
-    cchan_memory_channel_t ch;
-    CHILD_CHECK(cchan_memory_channel_init(comm, set, rank ^ 1, 0, peers[rank ^ 1], buf, buf, &ch));
-    CHILD_CHECK(cchan_bootstrap_barrier(bs));
-    if (dead && rank == 1) {
-        usleep(DEAD_AFTER_MS * 1000);
-        _exit(0); /* no teardown: to rank 0 this rank died */
-    }
-    if (rank == 0) {
-        printf("GT-CHILD launched kind=%s deadline_ms=%u\n", kind, dead ? 0 : TO_DEADLINE_MS);
-        double t0 = gt_now_ms();
-        if (!strcmp(kind, "ll8"))
-            k_to_wait_ll8<<<1, 64>>>(ch);
-        else
-            k_to_wait_sem<<<1, 1>>>(ch);
-        cudaError_t le = cudaGetLastError();
-        cudaError_t se = cudaDeviceSynchronize();
-        double ms = gt_now_ms() - t0;
-        printf("GT-CHILD launch=%s\n", cudaGetErrorName(le));
-        printf("GT-CHILD sync=%s\n", cudaGetErrorName(se));
-        printf("GT-CHILD elapsed_ms=%.0f\n", ms);
-        int st = cchan_comm_check_device(comm);
-        printf("GT-CHILD check_device=%d\n", st);
-        printf("GT-CHILD diag=%s\n", st ? cchan_last_error() : "");
-    }
-    if (!dead) CHILD_CHECK(cchan_bootstrap_barrier(bs));
-    fflush(stdout);
-    _exit(0); /* rank 0's CUDA context is gone: no orderly teardown */
-#undef CHILD_CHECK
-#undef CHILD_CUDA
+    int st = cchan_mem_alloc(env->comm, 2 * GT_MiB, 0, &buf);
+    if (!st) st = cchan_mem_exchange(env->comm, buf, peers);
+    cchan_sem_set_t *set = NULL;
+    if (!st) st = cchan_sem_set_create(env->comm, 1, 0, &set);
+    const int peer = env->rank ^ 1;
+    if (!st)
+        st = cchan_memory_channel_init(env->comm, set, peer, 0, peers[peer], buf, buf, &g_to_ch);
+    return st;
 }
 
-/* want_status: what cchan_comm_check_device must return after the kernel failed, between lo_ms
- * and hi_ms after its launch. */
-static void child_run(gt_ctx_t *ctx, const char *kind, const char *const *want, int nwant,
-                      int want_status, double lo_ms, double hi_ms) {
-    cchan_unique_id_t id;
-    memset(&id, 0, sizeof id);
-    if (ctx->rank == 0) {
-        unsetenv("CCHAN_BOOTSTRAP_PORT"); /* the children need a port of their own */
-        GT_CCHAN(cchan_get_unique_id(&id));
-    }
-    cchan_unique_id_t ids[2];
-    gt_allgather(ctx, &id, ids, sizeof id);
-    char hex[2 * sizeof id.internal + 1], rank_s[16], dev_s[16], kind_s[16];
-    gt_hex_encode(ids[0].internal, sizeof ids[0].internal, hex);
-    snprintf(rank_s, sizeof rank_s, "%d", ctx->rank);
-    snprintf(dev_s, sizeof dev_s, "%d", ctx->device);
-    snprintf(kind_s, sizeof kind_s, "%s", kind);
-    char exe[] = "/proc/self/exe", mode[] = "--gt-child";
-    char *argv[] = {exe, mode, kind_s, rank_s, dev_s, hex, NULL};
-    gt_child_t *c = (gt_child_t *)malloc(sizeof *c);
-    /* Below the bootstrap's 30 s receive timeout, so a hung child fails this case on both ranks
-     * instead of timing out the parents' next collective. */
-    const unsigned bound_s = 25;
-    int rc = gt_spawn_capture(argv, bound_s, c);
-    if (rc) {
-        gt_fail(ctx, "%s: spawning the child failed: %s", kind, strerror(-rc));
-        free(c);
-        return;
-    }
-    char label[32];
-    snprintf(label, sizeof label, "child-%s", kind);
-    gt_log_child(ctx, label, c);
-    GT_EXPECT(ctx, c->exited && c->exit_code == 0, "%s: child %s with code %d after %.0f ms", kind,
-              c->exited ? "exited" : "was killed", c->exit_code, c->elapsed_ms);
-    if (ctx->rank == 0) {
-        char sync[128], el[64], st[64], diag[2048];
-        const char *s_sync = gt_child_field(c, "GT-CHILD sync=", sync, sizeof sync);
-        const char *s_el = gt_child_field(c, "GT-CHILD elapsed_ms=", el, sizeof el);
-        const char *s_st = gt_child_field(c, "GT-CHILD check_device=", st, sizeof st);
-        const char *s_diag = gt_child_field(c, "GT-CHILD diag=", diag, sizeof diag);
-        GT_EXPECT(ctx, s_sync && strcmp(s_sync, "cudaSuccess") != 0,
-                  "%s: the waiting kernel did not fail (sync=%s)", kind,
-                  s_sync ? s_sync : "(none)");
-        double ms = s_el ? atof(s_el) : -1;
-        GT_EXPECT(ctx, ms >= lo_ms && ms <= hi_ms,
-                  "%s: the kernel failed after %.0f ms; expected %.0f..%.0f ms", kind, ms, lo_ms,
-                  hi_ms);
-        GT_EXPECT(ctx, s_st && atoi(s_st) == want_status,
-                  "%s: cchan_comm_check_device returned %s, want %d (%s)", kind,
-                  s_st ? s_st : "(none)", want_status, cchan_strerror(want_status));
-        for (int k = 0; k < nwant; k++)
-            GT_EXPECT(ctx, s_diag && strstr(s_diag, want[k]),
-                      "%s: diagnostic lacks \"%s\": \"%.1000s\"", kind, want[k],
-                      s_diag ? s_diag : "(none)");
-        if (s_diag) gt_log(ctx, "%s diagnostic after %.0f ms: %s", kind, ms, s_diag);
-    }
-    free(c);
+static void to_child_launch(gt_child_env_t *env) {
+    if (!strcmp(env->kind, "ll8"))
+        k_to_wait_ll8<<<1, 64>>>(g_to_ch);
+    else
+        k_to_wait_sem<<<1, 1>>>(g_to_ch);
 }
 
 static void case_wait_timeout(gt_ctx_t *ctx) {
@@ -1196,18 +1081,18 @@ static void case_wait_timeout(gt_ctx_t *ctx) {
                                            "observed 0"};
     static const char *const want_ll8[] = {"timed out", "LL packets", "peer 1",
                                            "expected flag 24301", "observed flag 0"};
-    const double lo = 0.9 * TO_DEADLINE_MS, hi = TO_DEADLINE_MS + 20000.0;
-    child_run(ctx, "sem", want_sem, 5, CCHAN_ERR_DEVICE_TIMEOUT, lo, hi);
-    child_run(ctx, "ll8", want_ll8, 5, CCHAN_ERR_DEVICE_TIMEOUT, lo, hi);
+    gt_timeout_pair(ctx, "sem", want_sem, 5);
+    gt_timeout_pair(ctx, "ll8", want_ll8, 5);
 }
 
-/* A device wait with no deadline ends when its peer dies: rank 1's child exits without teardown
- * while rank 0's kernel waits for its signal; within about a second the kernel traps and
- * cchan_comm_check_device() names the dead peer. */
+/* A device wait with no deadline ends when its peer dies: the partner's child exits without
+ * teardown while this rank's kernel waits for its signal; within about a second the kernel traps
+ * and cchan_comm_check_device() names the dead peer. */
 static void case_peer_dead_wait(gt_ctx_t *ctx) {
     static const char *const want[] = {"stopped waiting for semaphore", "peer 1 died"};
-    child_run(ctx, "dead", want, 2, CCHAN_ERR_PEER_DEAD, 0.8 * DEAD_AFTER_MS,
-              DEAD_AFTER_MS + 3000.0);
+    const gt_child_expect_t x = {want, 2, CCHAN_ERR_PEER_DEAD, 0.8 * GT_CHILD_DEAD_AFTER_MS,
+                                 GT_CHILD_DEAD_AFTER_MS + 3000.0};
+    gt_child_pair(ctx, "dead", &x);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1229,11 +1114,13 @@ static void mc_setup(gt_ctx_t *ctx) {
 }
 
 static void mc_teardown(gt_ctx_t *ctx) {
-    const int peer = gt_peer(ctx);
     gt_barrier(ctx);
-    GT_CCHAN(cchan_mem_destroy(g_mc.peerL[peer]));
-    GT_CCHAN(cchan_mem_destroy(g_mc.peerD[peer]));
-    GT_CCHAN(cchan_mem_destroy(g_mc.peerP[peer]));
+    for (int r = 0; r < ctx->nranks; r++) {
+        if (r == ctx->rank) continue;
+        GT_CCHAN(cchan_mem_destroy(g_mc.peerL[r]));
+        GT_CCHAN(cchan_mem_destroy(g_mc.peerD[r]));
+        GT_CCHAN(cchan_mem_destroy(g_mc.peerP[r]));
+    }
     gt_barrier(ctx);
     GT_CCHAN(cchan_mem_destroy(g_mc.L));
     GT_CCHAN(cchan_mem_destroy(g_mc.D));
@@ -1241,32 +1128,21 @@ static void mc_teardown(gt_ctx_t *ctx) {
 }
 
 static void mc_cases(gt_ctx_t *ctx) {
-    gt_run(ctx, "put_get_sizes", case_put_get_sizes, 300);
-    gt_run(ctx, "read_write", case_read_write, 60);
-    gt_run(ctx, "signal_wait_poll", case_signal_wait_poll, 60);
-    gt_run(ctx, "relaxed_signal", case_relaxed_signal, 60);
-    gt_run(ctx, "hb_put_signal_wait", case_hb_put_signal_wait, 120);
-    gt_run(ctx, "pingpong_1e5", case_pingpong, 120);
-    gt_run(ctx, "ll8_ll16_flag_reuse", case_ll_flag_reuse, 120);
-    gt_run(ctx, "reduce_put", case_reduce_put, 120);
-    gt_run(ctx, "multi_block_channels", case_multi_block_channels, 120);
-    gt_run(ctx, "grid_barrier", case_grid_barrier, 60);
-    gt_run(ctx, "rank_barrier", case_rank_barrier, 60);
-    gt_run(ctx, "graph_replay_1000", case_graph_replay, 120);
-    gt_run(ctx, "wait_timeout", case_wait_timeout, 240);
-    gt_run(ctx, "peer_dead_wait", case_peer_dead_wait, 60);
+    gt_case(ctx, "put_get_sizes", case_put_get_sizes, 300, GT_PAIRS | GT_ONE_ROUND);
+    gt_case(ctx, "read_write", case_read_write, 60, GT_PAIRS);
+    gt_case(ctx, "signal_wait_poll", case_signal_wait_poll, 60, GT_PAIRS);
+    gt_case(ctx, "relaxed_signal", case_relaxed_signal, 60, GT_PAIRS);
+    gt_case(ctx, "hb_put_signal_wait", case_hb_put_signal_wait, 120, GT_PAIRS);
+    gt_case(ctx, "pingpong_1e5", case_pingpong, 120, GT_PAIRS | GT_CONCURRENT);
+    gt_case(ctx, "ll8_ll16_flag_reuse", case_ll_flag_reuse, 120, GT_PAIRS);
+    gt_case(ctx, "reduce_put", case_reduce_put, 120, GT_PAIRS);
+    gt_case(ctx, "multi_block_channels", case_multi_block_channels, 120, GT_PAIRS);
+    gt_case(ctx, "grid_barrier", case_grid_barrier, 60, GT_ALL);
+    gt_case(ctx, "rank_barrier", case_rank_barrier, 60, GT_PAIRS);
+    gt_case(ctx, "graph_replay_1000", case_graph_replay, 120, GT_PAIRS);
+    gt_case(ctx, "wait_timeout", case_wait_timeout, 240, GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
+    gt_case(ctx, "peer_dead_wait", case_peer_dead_wait, 60, GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
 }
 
-int main(int argc, char **argv) {
-    if (argc >= 2 && !strcmp(argv[1], "--gt-child")) return timeout_child_main(argc, argv);
-    gt_ctx_t ctx;
-    gt_init(&ctx, "test_memory_channel_gpu", argc, argv);
-    if (ctx.list_only) {
-        mc_cases(&ctx);
-        return 0;
-    }
-    mc_setup(&ctx);
-    mc_cases(&ctx);
-    mc_teardown(&ctx);
-    return gt_finish(&ctx);
-}
+GT_MAIN({"test_memory_channel_gpu", mc_setup, mc_cases, mc_teardown, to_child_prepare,
+         to_child_launch})

@@ -1,6 +1,9 @@
-/* cchan_moe (kernels/moe) on two GPUs, one process per GPU (issue 8).
+/* cchan_moe (kernels/moe), 2 to 8 ranks, one process per rank (GPUs of their own or shared).
  *
- *   cchan-run -n 2 --timeout 600 build/test/gpu/test_moe_gpu [--case NAME,...] [--list]
+ *   cchan-run -n N --timeout 600 build/test/gpu/test_moe_gpu [--case NAME,...] [--list]
+ *
+ * Token counts per rank are written for a pair (even ranks, odd ranks); mg_tokens spreads them over
+ * every rank.
  *
  * Low-latency mode at the DeepSeek-V3 shape (256 experts, hidden 7168, top-8) with 1, 7 and 128
  * tokens per rank and random, hot-expert, sparse (empty experts, -1 entries) and paired (two
@@ -86,6 +89,20 @@ static void mg_bufs_free(mg_bufs_t *b) {
     free(b->h_counts);
     free(b->h_y);
     free(b->h_comb);
+}
+
+/* Tokens per rank for every rank from a pair: even ranks `even`, odd ranks `odd`, a few less on
+ * ranks 2 and up (never below 0), so that ranks beyond the first pair differ too. T has
+ * GT_MAX_RANKS entries: mg_pass_make reads one per rank. */
+static void mg_tokens(const gt_ctx_t *ctx, int *T, int even, int odd) {
+    for (int r = 0; r < GT_MAX_RANKS; r++) {
+        int t = (r & 1) ? odd : even;
+        if (r >= ctx->nranks)
+            t = 0;
+        else if (t > r / 2)
+            t -= r / 2;
+        T[r] = t;
+    }
 }
 
 static void mg_pass_make(gt_ctx_t *ctx, mr_pass_t *p, const mg_shape_t *s, uint64_t seed,
@@ -252,7 +269,9 @@ static void case_ll_deepseek(gt_ctx_t *ctx) {
         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0] && ok; ti++, pass++) {
             const int fp8 = pass % 2;
             mr_pass_t p;
-            mg_pass_make(ctx, &p, &s, gt_mix64((uint64_t)pass + 11), pat, toks[ti]);
+            int T[GT_MAX_RANKS];
+            mg_tokens(ctx, T, toks[ti][0], toks[ti][1]);
+            mg_pass_make(ctx, &p, &s, gt_mix64((uint64_t)pass + 11), pat, T);
             char what[160];
             snprintf(what, sizeof what, "pattern %d, tokens %d/%d, %s", pat, toks[ti][0],
                      toks[ti][1], fp8 ? "fp8" : "bf16");
@@ -272,7 +291,8 @@ static void case_ll_small_blocks(gt_ctx_t *ctx) {
     mg_bufs_make(ctx, &b, s);
     int ok = 1;
     for (int pass = 0; pass < 8 && ok; pass++) {
-        int T[2] = {40 - pass, 1 + pass * 5};
+        int T[GT_MAX_RANKS];
+        mg_tokens(ctx, T, 40 - pass, 1 + pass * 5);
         mr_pass_t p;
         mg_pass_make(ctx, &p, &s, gt_mix64((uint64_t)pass + 99), pass % MR_NPATTERNS, T);
         char what[96];
@@ -292,7 +312,8 @@ static void case_ll_4096(gt_ctx_t *ctx) {
     mg_bufs_make(ctx, &b, s);
     int ok = 1;
     for (int pass = 0; pass < 2 && ok; pass++) {
-        int T[2] = {4096, 4096 - 513 * pass};
+        int T[GT_MAX_RANKS];
+        mg_tokens(ctx, T, 4096, 4096 - 513 * pass);
         mr_pass_t p;
         mg_pass_make(ctx, &p, &s, gt_mix64((uint64_t)pass + 4096), pass ? MR_HOT : MR_RANDOM, T);
         mg_pass(ctx, g, &b, &p, pass, 1, pass ? "4096 tokens, hot, fp8" : "4096 tokens, bf16");
@@ -314,7 +335,8 @@ static void case_ll_staged(gt_ctx_t *ctx) {
     for (int round = 0; round < 3; round++) {
         for (int j = 0; j < 2; j++) {
             if (round == 0) mg_bufs_make(ctx, &b[j], s);
-            int T[2] = {128 - 17 * j, 64 + 64 * j};
+            int T[GT_MAX_RANKS];
+            mg_tokens(ctx, T, 128 - 17 * j, 64 + 64 * j);
             mg_pass_make(ctx, &p[j], &s, gt_mix64(777u + (uint64_t)j + 10u * round),
                          (j + round) % MR_NPATTERNS, T);
             mg_upload(ctx, &b[j], &p[j]);
@@ -360,7 +382,8 @@ static void case_ll_graph(gt_ctx_t *ctx) {
     cchan_moe_group_t *g = mg_group(ctx, &s);
     mg_bufs_t b;
     mg_bufs_make(ctx, &b, s);
-    int T[2] = {128, 100};
+    int T[GT_MAX_RANKS];
+    mg_tokens(ctx, T, 128, 100);
     mr_pass_t p;
     mg_pass_make(ctx, &p, &s, 4242, MR_RANDOM, T);
     mg_upload(ctx, &b, &p);
@@ -539,7 +562,8 @@ static void case_ht_small(gt_ctx_t *ctx) {
     cchan_moe_group_t *g = mg_ht_group(ctx, &s);
     int ok = 1;
     for (int pass = 0; pass < 6 && ok; pass++) {
-        int T[2] = {pass == 3 ? 0 : 300 - pass * 7, 1 + pass * 50};
+        int T[GT_MAX_RANKS];
+        mg_tokens(ctx, T, pass == 3 ? 0 : 300 - pass * 7, 1 + pass * 50);
         mr_pass_t p;
         mg_pass_make(ctx, &p, &s, gt_mix64(0x4854u + (uint64_t)pass), pass % MR_NPATTERNS, T);
         char what[64];
@@ -561,7 +585,8 @@ static void case_ht_4096(gt_ctx_t *ctx) {
                info.threads_per_block, info.comm_buffer_bytes / 1048576.0);
     int ok = 1;
     for (int pass = 0; pass < 2 && ok; pass++) {
-        int T[2] = {4096, 4096 - 1000 * pass};
+        int T[GT_MAX_RANKS];
+        mg_tokens(ctx, T, 4096, 4096 - 1000 * pass);
         mr_pass_t p;
         mg_pass_make(ctx, &p, &s, gt_mix64(0x48540u + (uint64_t)pass), pass ? MR_HOT : MR_RANDOM,
                      T);
@@ -583,10 +608,4 @@ static void mg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "ht_4096", case_ht_4096, 300);
 }
 
-int main(int argc, char **argv) {
-    gt_ctx_t ctx;
-    gt_init(&ctx, "test_moe_gpu", argc, argv);
-    mg_cases(&ctx);
-    if (ctx.list_only) return 0;
-    return gt_finish(&ctx);
-}
+GT_MAIN({"test_moe_gpu", NULL, mg_cases, NULL, NULL, NULL})

@@ -1,15 +1,15 @@
-/* Switch channel, portable path, on two GPUs (one process each):
+/* Switch channel, portable path, 2 to 8 ranks (GPUs of their own or shared):
  *
- *   cchan-run -n 2 --timeout 600 build/test/gpu/test_switch_channel_gpu [--case NAME,...] [--list]
+ *   cchan-run -n N --timeout 600 build/test/gpu/test_switch_channel_gpu [--case NAME,...] [--list]
  *
- * Buffers per rank: B (symmetric, registered with the channel) = [ src | slot 0 | slot 1 ], each
- * region SW_REGION bytes; L (local) = one region. Every case runs on both ranks at once.
- *   handle          the channel reports the portable path, two members, every buffer mapped
+ * Buffers per rank: B (symmetric, registered with the channel) = [ src | slot 0 | ... | slot N-1 ],
+ * each region SW_REGION bytes; L (local) = one region. Every case runs on every rank at once.
+ *   handle          the channel reports the portable path, N members, every buffer mapped
  *   reduce_<T>      f32, f16, bf16, i32, u32; 16 B to 256 MiB, odd element counts, offsets that
  *                   allow 16-byte vectors and offsets that do not; random inputs; the result is
  *                   copied back and compared on the host with a float64 reference (one rounding to
  *                   T plus the f32 accumulation bound; integers exact), poisoned guards untouched
- *   broadcast_<T>   each rank broadcasts into its own slot of both members' B; bit-exact, guards
+ *   broadcast_<T>   each rank broadcasts into its own slot of every member's B; bit-exact, guards
  *   allreduce_rank_barrier   reduce of this rank's shard + broadcast of the reduced shard, ordered
  *                   by device-side rank barriers (cchan_rank_barrier) between the kernels: the
  *                   pattern of docs/switch_channel.md, 1000 iterations with fresh data checked
@@ -30,12 +30,13 @@ static const char *const type_name[T_COUNT] = {"f32", "f16", "bf16", "i32", "u32
 static const uint32_t type_size[T_COUNT] = {4, 2, 2, 4, 4};
 
 typedef struct sw_env {
-    cchan_mem_t *B, *L, *peerB[2];
+    cchan_mem_t *B, *L, *peerB[GT_MAX_RANKS];
     cchan_switch_t *owner;
     cchan_switch_channel_t ch;
     cchan_sem_set_t *sems;
-    cchan_semaphore_t *d_barrier; /* device copy: the one semaphore to the peer */
-    uint8_t *h_pinned;            /* host copy of one region */
+    cchan_semaphore_t *d_barrier; /* device copy: one semaphore to each other rank */
+    uint32_t npeers;
+    uint8_t *h_pinned; /* host copy of one region */
 } sw_env_t;
 static sw_env_t g_sw;
 
@@ -118,16 +119,16 @@ __global__ void k_sw_broadcast(const __grid_constant__ cchan_switch_channel_t ch
     }
 }
 
-/* One block: meets the peer (signal, then wait) so that everything the stream did before is
- * visible to the peer's next kernels, and everything the peer did before is visible here. */
-__global__ void k_sw_rank_barrier(const cchan_semaphore_t *sems) {
-    cchan_rank_barrier(sems, 1, threadIdx.x);
+/* One block: meets every other rank (signal, then wait) so that everything the stream did before
+ * is visible to the others' next kernels, and everything they did before is visible here. */
+__global__ void k_sw_rank_barrier(const cchan_semaphore_t *sems, uint32_t npeers) {
+    cchan_rank_barrier(sems, npeers, threadIdx.x);
 }
 
 /* ------------------------------------------------------------------ host side */
 
 static void sw_barrier_dev(gt_ctx_t *ctx) {
-    GT_LAUNCH(ctx, k_sw_rank_barrier, 1, 32, g_sw.d_barrier);
+    GT_LAUNCH(ctx, k_sw_rank_barrier, 1, 32, g_sw.d_barrier, g_sw.npeers);
 }
 
 /* Copies [off - guard, off + bytes + guard) of a device buffer into h_pinned. */
@@ -163,6 +164,7 @@ static uint32_t elem_at(const uint8_t *p, int type, uint64_t i) {
 /* Compares n elements of a reduce result with the float64 reference; reports the first bad one. */
 static int sw_check_reduce(gt_ctx_t *ctx, const uint8_t *got, int type, uint64_t count,
                            uint64_t seed, const char *what) {
+    const int n = ctx->nranks;
     uint64_t bad = 0, first = 0;
     double first_got = 0, first_ref = 0, first_tol = 0;
     for (uint64_t i = 0; i < count; i++) {
@@ -170,15 +172,20 @@ static int sw_check_reduce(gt_ctx_t *ctx, const uint8_t *got, int type, uint64_t
         int ok;
         double v = 0, ref = 0, tol = 0;
         if (type == T_I32 || type == T_U32) {
-            uint32_t want = sw_input_bits(type, seed, 0, i) + sw_input_bits(type, seed, 1, i);
+            uint32_t want = 0;
+            for (int r = 0; r < n; r++) want += sw_input_bits(type, seed, r, i);
             ok = g == want;
             v = (double)g;
             ref = (double)want;
         } else {
-            double a = bits_value(type, sw_input_bits(type, seed, 0, i));
-            double b = bits_value(type, sw_input_bits(type, seed, 1, i));
-            ref = a + b;
-            tol = 0.5 * ulp_of(type, ref) + ldexp(fabs(a) + fabs(b), -24);
+            /* One rounding to T, plus n - 1 f32 additions of terms bounded by sum |x|. */
+            double abs_sum = 0;
+            for (int r = 0; r < n; r++) {
+                double x = bits_value(type, sw_input_bits(type, seed, r, i));
+                ref += x;
+                abs_sum += fabs(x);
+            }
+            tol = 0.5 * ulp_of(type, ref) + (n - 1) * ldexp(abs_sum, -24);
             v = bits_value(type, g);
             ok = fabs(v - ref) <= tol;
         }
@@ -279,15 +286,17 @@ static void sw_broadcast_case(gt_ctx_t *ctx, int type) {
         const sw_item_t it = items[k];
         const uint64_t bytes = it.count * type_size[type];
         const uint64_t seed = gt_seed(gt_hash_name(ctx->case_name), 0, ++g_case_seq);
-        const uint64_t slot[2] = {SW_REGION + it.dst_off, 2 * SW_REGION + it.dst_off};
+        uint64_t slot[GT_MAX_RANKS];
+        for (int r = 0; r < ctx->nranks; r++) slot[r] = (1 + (uint64_t)r) * SW_REGION + it.dst_off;
         GT_LAUNCH(ctx, k_sw_fill, gt_grid_for(ctx, it.count, 256), 256, l + it.src_off, it.count,
                   type, seed, ctx->rank);
-        for (int r = 0; r < 2; r++) gt_poison(ctx, b + slot[r] - SW_GUARD, bytes + 2 * SW_GUARD);
+        for (int r = 0; r < ctx->nranks; r++)
+            gt_poison(ctx, b + slot[r] - SW_GUARD, bytes + 2 * SW_GUARD);
         sw_barrier_dev(ctx);
         GT_LAUNCH(ctx, k_sw_broadcast, SW_BLOCKS, SW_THREADS, g_sw.ch, type, slot[ctx->rank],
                   it.src_off, bytes);
-        sw_barrier_dev(ctx); /* both broadcasts landed in both buffers */
-        for (int r = 0; r < 2 && ctx->case_ok; r++) {
+        sw_barrier_dev(ctx); /* every broadcast landed in every buffer */
+        for (int r = 0; r < ctx->nranks && ctx->case_ok; r++) {
             snprintf(what, sizeof what,
                      "broadcast_%s %llu elements from rank %d (src_off %llu, dst_off %llu)",
                      type_name[type], (unsigned long long)it.count, r,
@@ -299,7 +308,8 @@ static void sw_broadcast_case(gt_ctx_t *ctx, int type) {
         sw_barrier_dev(ctx); /* checks done before the next poison */
     }
     if (ctx->case_ok && ctx->rank == 0)
-        gt_log(ctx, "broadcast_%s: %d transfers checked on both ranks", type_name[type], n);
+        gt_log(ctx, "broadcast_%s: %d transfers from each of %d ranks checked on every rank",
+               type_name[type], n, ctx->nranks);
 }
 
 #define SW_TYPED_CASES(T, idx)                                                                     \
@@ -316,21 +326,23 @@ static void case_handle(gt_ctx_t *ctx) {
     GT_EXPECT(ctx, ch->path == CCHAN_SWITCH_PATH_PORTABLE, "path %u (%s)", ch->path,
               cchan_switch_path_name(ch->path));
     GT_EXPECT(ctx, ch->mc == NULL, "a multicast address on the portable path");
-    GT_EXPECT(ctx, ch->nmembers == 2 && ch->rank == (uint32_t)ctx->rank, "nmembers %u rank %u",
-              ch->nmembers, ch->rank);
+    GT_EXPECT(ctx, ch->nmembers == (uint32_t)ctx->nranks && ch->rank == (uint32_t)ctx->rank,
+              "nmembers %u rank %u (want %d and %d)", ch->nmembers, ch->rank, ctx->nranks,
+              ctx->rank);
     GT_EXPECT(ctx, ch->member[ctx->rank] == (uint8_t *)cchan_mem_ptr(g_sw.B), "own member pointer");
-    GT_EXPECT(ctx, ch->member[gt_peer(ctx)] != NULL, "the peer's buffer is not mapped");
+    for (int r = 0; r < ctx->nranks; r++)
+        GT_EXPECT(ctx, ch->member[r] != NULL, "rank %d's buffer is not mapped", r);
     GT_EXPECT(ctx, ch->buf_bytes == cchan_mem_size(g_sw.B) && ch->local == cchan_mem_ptr(g_sw.L),
               "sizes and local buffer");
     if (ctx->rank == 0) gt_log(ctx, "switch channel path: %s", cchan_switch_path_name(ch->path));
 }
 
 /* All-reduce of n f32 elements in B[0 ..): rank r reduces shard r into L, then broadcasts it into
- * B[SW_REGION + shard r] of both ranks; device rank barriers order the steps. */
+ * B[SW_REGION + shard r] of every rank; device rank barriers order the steps. */
 static void case_allreduce(gt_ctx_t *ctx) {
     const uint64_t count = (8ull << 20) + 6; /* 32 MiB + 24 B: uneven shards */
-    const uint64_t half = count / 2, mine = ctx->rank == 0 ? half : count - half;
-    const uint64_t first = ctx->rank == 0 ? 0 : half;
+    const uint64_t first = count * (uint64_t)ctx->rank / (uint64_t)ctx->nranks;
+    const uint64_t mine = count * (uint64_t)(ctx->rank + 1) / (uint64_t)ctx->nranks - first;
     uint8_t *b = g_sw.ch.member[ctx->rank];
     for (int iter = 0; iter < 1000; iter++) {
         const int check = iter % 100 == 99;
@@ -361,15 +373,17 @@ static void case_allreduce(gt_ctx_t *ctx) {
 /* ------------------------------------------------------------------ main */
 
 static void sw_setup(gt_ctx_t *ctx) {
-    GT_CCHAN(cchan_mem_alloc(ctx->comm, 3 * SW_REGION, 0, &g_sw.B));
+    GT_CCHAN(cchan_mem_alloc(ctx->comm, (1 + (uint64_t)ctx->nranks) * SW_REGION, 0, &g_sw.B));
     GT_CCHAN(cchan_mem_alloc(ctx->comm, SW_REGION, 0, &g_sw.L));
     GT_CCHAN(cchan_mem_exchange(ctx->comm, g_sw.B, g_sw.peerB));
     GT_CCHAN(cchan_switch_channel_create(ctx->comm, g_sw.B, g_sw.L, 0, &g_sw.ch, &g_sw.owner));
     GT_CCHAN(cchan_sem_set_create(ctx->comm, 1, 0, &g_sw.sems));
-    cchan_semaphore_t s;
-    GT_CCHAN(cchan_sem_set_get(g_sw.sems, gt_peer(ctx), 0, &s));
-    GT_CUDA(cudaMalloc((void **)&g_sw.d_barrier, sizeof s));
-    GT_CUDA(cudaMemcpy(g_sw.d_barrier, &s, sizeof s, cudaMemcpyHostToDevice));
+    cchan_semaphore_t s[GT_MAX_RANKS];
+    g_sw.npeers = 0;
+    for (int r = 0; r < ctx->nranks; r++)
+        if (r != ctx->rank) GT_CCHAN(cchan_sem_set_get(g_sw.sems, r, 0, &s[g_sw.npeers++]));
+    GT_CUDA(cudaMalloc((void **)&g_sw.d_barrier, g_sw.npeers * sizeof s[0]));
+    GT_CUDA(cudaMemcpy(g_sw.d_barrier, s, g_sw.npeers * sizeof s[0], cudaMemcpyHostToDevice));
     GT_CUDA(cudaMallocHost((void **)&g_sw.h_pinned, SW_REGION));
 }
 
@@ -377,7 +391,8 @@ static void sw_teardown(gt_ctx_t *ctx) {
     gt_barrier(ctx);
     GT_CCHAN(cchan_switch_destroy(g_sw.owner));
     GT_CCHAN(cchan_sem_set_destroy(g_sw.sems));
-    GT_CCHAN(cchan_mem_destroy(g_sw.peerB[gt_peer(ctx)]));
+    for (int r = 0; r < ctx->nranks; r++)
+        if (r != ctx->rank) GT_CCHAN(cchan_mem_destroy(g_sw.peerB[r]));
     gt_barrier(ctx);
     GT_CCHAN(cchan_mem_destroy(g_sw.B));
     GT_CCHAN(cchan_mem_destroy(g_sw.L));
@@ -400,19 +415,4 @@ static void sw_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "allreduce_rank_barrier", case_allreduce, 120);
 }
 
-int main(int argc, char **argv) {
-    /* Never a multicast object here (DESIGN.md §8): the refusal is armed even if the caller forgot.
-     */
-    setenv("NCCL_NVLS_ENABLE", "0", 1);
-    unsetenv("CCHAN_NVLS");
-    gt_ctx_t ctx;
-    gt_init(&ctx, "test_switch_channel_gpu", argc, argv);
-    if (ctx.list_only) {
-        sw_cases(&ctx);
-        return 0;
-    }
-    sw_setup(&ctx);
-    sw_cases(&ctx);
-    sw_teardown(&ctx);
-    return gt_finish(&ctx);
-}
+GT_MAIN({"test_switch_channel_gpu", sw_setup, sw_cases, sw_teardown, NULL, NULL})
