@@ -14,7 +14,7 @@
  *                   by device-side rank barriers (cchan_rank_barrier) between the kernels: the
  *                   pattern of docs/switch_channel.md, 1000 iterations with fresh data checked
  *                   every 100
- * The multicast path is never requested here (DESIGN.md §8).
+ * The multicast path is never requested here (docs/architecture.md: multicast safety).
  */
 #include <math.h>
 
