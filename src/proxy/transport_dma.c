@@ -11,7 +11,13 @@
  * flush:  the same completion queue; flush_done is raised when all work issued before it is done.
  *
  * Pending completions form a FIFO per channel, so signals and flushes are delivered in the order
- * they were requested. The newest completion starts "open": nothing is recorded, and it is done
+ * they were requested.
+ *
+ * Between two buffers of one GPU (ranks sharing a GPU), cudaMemcpyAsync is done by a copy kernel on
+ * the SMs, not by a copy engine: it cannot start while the kernel that waits for the put's flush
+ * or signal fills every SM, and both wait forever (docs/port_channel.md). Such channels copy
+ * through a pinned host staging buffer instead, device to host and host to device, which the copy
+ * engines do whatever the SMs are running. The newest completion starts "open": nothing is recorded, and it is done
  * when the stream is idle (cudaStreamQuery). Only when a later copy is issued does it get an event
  * (cudaEventRecord before that copy), so put_signal costs one host API call, not two; older
  * completions are polled with cudaEventQuery (events of one stream complete in order). A
@@ -26,6 +32,7 @@
 #include "transport.h"
 
 #define DMA_COMPLETIONS_INITIAL 8u /* events per channel at first; doubles when exhausted */
+#define DMA_STAGING_BYTES (4u << 20) /* host staging per same-GPU channel, reused in stream order */
 
 /* Stores owed to the device once the copies issued before the completion have finished. */
 typedef struct dma_completion {
@@ -43,6 +50,7 @@ typedef struct dma_channel {
     uint32_t cap;
     uint32_t first; /* oldest pending completion */
     uint32_t count; /* pending completions */
+    uint8_t *staging; /* pinned host buffer when src and dst are on the same GPU; else NULL */
 } dma_channel_t;
 
 static int dma_error(const cchani_port_channel_t *ch, const char *call, cudaError_t e) {
@@ -120,6 +128,30 @@ static int dma_close_newest(cchani_port_channel_t *ch, dma_channel_t *dc) {
     return 0;
 }
 
+static int dma_copy_direct(cchani_port_channel_t *ch, dma_channel_t *dc, uint64_t dst_off,
+                           uint64_t src_off, uint64_t bytes) {
+    cudaError_t e =
+        cudaMemcpyAsync(ch->dst + dst_off, ch->src + src_off, bytes, cudaMemcpyDefault, dc->stream);
+    return e == cudaSuccess ? 0 : dma_error(ch, "cudaMemcpyAsync", e);
+}
+
+/* Through the staging buffer, one piece at a time: the stream orders each piece's host-to-device
+ * copy before the next piece's device-to-host copy overwrites the buffer. */
+static int dma_copy_staged(cchani_port_channel_t *ch, dma_channel_t *dc, uint64_t dst_off,
+                           uint64_t src_off, uint64_t bytes) {
+    for (uint64_t done = 0; done < bytes;) {
+        uint64_t n = bytes - done < DMA_STAGING_BYTES ? bytes - done : DMA_STAGING_BYTES;
+        cudaError_t e = cudaMemcpyAsync(dc->staging, ch->src + src_off + done, n,
+                                        cudaMemcpyDeviceToHost, dc->stream);
+        if (e != cudaSuccess) return dma_error(ch, "cudaMemcpyAsync (to staging)", e);
+        e = cudaMemcpyAsync(ch->dst + dst_off + done, dc->staging, n, cudaMemcpyHostToDevice,
+                            dc->stream);
+        if (e != cudaSuccess) return dma_error(ch, "cudaMemcpyAsync (from staging)", e);
+        done += n;
+    }
+    return 0;
+}
+
 static int dma_put(cchani_port_channel_t *ch, uint64_t dst_off, uint64_t src_off, uint64_t bytes) {
     dma_channel_t *dc = ch->transport;
     if (bytes == 0) return 0;
@@ -127,9 +159,9 @@ static int dma_put(cchani_port_channel_t *ch, uint64_t dst_off, uint64_t src_off
         int r = dma_close_newest(ch, dc);
         if (r) return r;
     }
-    cudaError_t e =
-        cudaMemcpyAsync(ch->dst + dst_off, ch->src + src_off, bytes, cudaMemcpyDefault, dc->stream);
-    if (e != cudaSuccess) return dma_error(ch, "cudaMemcpyAsync", e);
+    int r = dc->staging ? dma_copy_staged(ch, dc, dst_off, src_off, bytes)
+                        : dma_copy_direct(ch, dc, dst_off, src_off, bytes);
+    if (r) return r;
     dc->unfenced = 1;
     if (ch->timing) cchani_port_stage(ch, CCHANI_STAGE_PUT_ISSUE, ch->seen_ns, cchani_now_ns());
     return 0;
@@ -216,7 +248,30 @@ static void dma_release(dma_channel_t *dc) {
     for (uint32_t i = 0; i < dc->cap; i++) cudaEventDestroy(dc->ring[i].event);
     free(dc->ring);
     if (dc->stream) cudaStreamDestroy(dc->stream);
+    if (dc->staging) cudaFreeHost(dc->staging);
     free(dc);
+}
+
+/* The GPU holding `p`, or -1 for memory that is not device memory. */
+static int dma_device_of(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
+
+/* A pinned staging buffer when source and destination are device memory of one GPU. */
+static int dma_open_staging(cchani_port_channel_t *ch, dma_channel_t *dc) {
+    int src_dev = dma_device_of(ch->src), dst_dev = dma_device_of(ch->dst);
+    if (src_dev < 0 || src_dev != dst_dev) return 0;
+    cudaError_t e = cudaHostAlloc((void **)&dc->staging, DMA_STAGING_BYTES, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        dc->staging = NULL;
+        return dma_error(ch, "cudaHostAlloc (same-GPU staging)", e);
+    }
+    return 0;
 }
 
 static int dma_open(cchani_port_channel_t *ch) {
@@ -233,8 +288,13 @@ static int dma_open(cchani_port_channel_t *ch) {
         cudaError_t e = cudaStreamCreateWithFlags(&dc->stream, cudaStreamNonBlocking);
         if (e != cudaSuccess) r = dma_error(ch, "cudaStreamCreateWithFlags", e);
     }
+    int events = 0;
     if (!r) r = dma_create_events(ch, ring, DMA_COMPLETIONS_INITIAL);
+    if (!r) events = 1;
+    if (!r) r = dma_open_staging(ch, dc);
     if (r) {
+        for (uint32_t i = 0; events && i < DMA_COMPLETIONS_INITIAL; i++)
+            cudaEventDestroy(ring[i].event);
         if (dc->stream) cudaStreamDestroy(dc->stream);
         free(ring);
         free(dc);

@@ -346,6 +346,9 @@ static inline void gt_fatal_cuda(const char *call, cudaError_t e, const char *fi
     gt_ctx_t *ctx = gt_current;
     printf("[r%d] FATAL %s:%d: %s: %s (%s)\n", ctx ? ctx->rank : -1, file, line, call,
            cudaGetErrorName(e), cudaGetErrorString(e));
+    /* A kernel that trapped at a device deadline left its diagnostic in the communicator. */
+    int st = ctx && ctx->comm ? cchan_comm_check_device(ctx->comm) : 0;
+    if (st) printf("[r%d] device diagnostic: %s\n", ctx->rank, cchan_last_error());
     gt_die();
 }
 

@@ -682,6 +682,62 @@ static void case_flush_many_channels(gt_ctx_t *ctx) {
     free(hch);
 }
 
+/* ------------------------------------------------------------------ a flush beside a full grid
+ *
+ * The waiting kernel fills every SM (blocks of 1024 threads, as many as fit): block 0 puts and
+ * flushes, every other block spins until block 0 is done. Between two buffers of one GPU a plain
+ * cudaMemcpyAsync is a copy kernel, which could not start beside this grid, so the flush never
+ * completed (the ring's hang where ranks share a GPU); the dma transport stages such copies
+ * through host memory, which the copy engines move whatever the SMs run. Across GPUs the copy
+ * engines carry the copy anyway. A flush that never completes traps at the device deadline. */
+
+__global__ void k_pc_full_grid(cchan_port_channel_t ch, uint64_t bytes, unsigned *done,
+                               unsigned long long *status) {
+    if (threadIdx.x == 0) {
+        if (blockIdx.x == 0) {
+            pc_note(status, cchan_port_channel_put(&ch, 0, 0, bytes), 1);
+            pc_note(status, cchan_port_channel_flush(&ch), 2);
+            atomicExch(done, 1u);
+        } else {
+            while (atomicAdd(done, 0u) == 0u) {
+            }
+        }
+    }
+    __syncthreads();
+}
+
+static void case_flush_beside_full_grid(gt_ctx_t *ctx) {
+    static const uint64_t sizes[] = {4096, 9 * GT_MiB + 12};
+    const uint64_t tag = gt_hash_name("flush_beside_full_grid");
+    cchan_port_channel_t ch = pc_channel(ctx, g_pc.proxy, pc_sems(ctx, 1), 0);
+    int sms = 0, per_sm = 0;
+    GT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device));
+    GT_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_pc_full_grid, 1024, 0));
+    const int blocks = sms * (per_sm > 0 ? per_sm : 1);
+    unsigned *done;
+    unsigned long long *status;
+    GT_CUDA(cudaMalloc((void **)&done, sizeof *done));
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    for (int i = 0; i < 2 && ctx->case_ok; i++) {
+        const uint64_t n = sizes[i];
+        gt_fill(ctx, g_pc.l, n, gt_seed(tag, ctx->rank, i));
+        gt_poison(ctx, g_pc.d, n + GT_MiB);
+        GT_CUDA(cudaMemset(done, 0, sizeof *done));
+        GT_SYNC(ctx);
+        gt_barrier(ctx);
+        GT_LAUNCH(ctx, k_pc_full_grid, blocks, 1024, ch, n, done, status);
+        GT_SYNC(ctx);
+        gt_barrier(ctx);
+        pc_expect_status(ctx, status, "flush_beside_full_grid");
+        gt_check_buffer(ctx, g_pc.d, n + GT_MiB, 0, n, gt_seed(tag, gt_peer(ctx), i), 0,
+                        "D after a put flushed beside a full grid");
+    }
+    if (ctx->rank == 0) gt_log(ctx, "flush_beside_full_grid: %d blocks of 1024 threads", blocks);
+    GT_CUDA(cudaFree(done));
+    GT_CUDA(cudaFree(status));
+}
+
 /* ------------------------------------------------------------------ the ring's port-channel
  * traffic
  *
@@ -870,6 +926,9 @@ static void pc_cases(gt_ctx_t *ctx) {
     gt_case(ctx, "wait_timeout", case_wait_timeout, 120, GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
     /* last: where its flush hangs, the device deadline traps (and under MPS takes the server) */
     gt_case(ctx, "flush_many_channels", case_flush_many_channels, 90, GT_PAIRS | GT_ONE_ROUND);
+    /* Traps (device deadline) while the defect it guards against is present. */
+    gt_case(ctx, "flush_beside_full_grid", case_flush_beside_full_grid, 120,
+            GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
     gt_case(ctx, "ring_lanes", case_ring_lanes, 120, GT_ALL);
 }
 
