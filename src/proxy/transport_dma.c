@@ -32,7 +32,9 @@
 #include "transport.h"
 
 #define DMA_COMPLETIONS_INITIAL 8u /* events per channel at first; doubles when exhausted */
+#ifndef DMA_STAGING_BYTES /* a test sets a small one to see puts split */
 #define DMA_STAGING_BYTES (4u << 20) /* host staging per same-GPU channel, reused in stream order */
+#endif
 
 /* Stores owed to the device once the copies issued before the completion have finished. */
 typedef struct dma_completion {

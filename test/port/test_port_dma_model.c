@@ -14,6 +14,8 @@
 
 /* The library built with CUDA has the real table under this name. */
 #define cchani_transport_dma mock_transport_dma
+/* Same-GPU channels stage puts through host memory in pieces of this size (4 slots). */
+#define DMA_STAGING_BYTES 64u
 #include "transport_dma.c"
 
 #define SLOT 16u
@@ -29,9 +31,10 @@ typedef struct fixture {
     uint8_t dst[NSLOTS * SLOT];
 } fixture_t;
 
-static int setup(void **state) {
+static int setup_with(void **state, int same_gpu) {
     fixture_t *f = calloc(1, sizeof *f);
     memset(&mock_cuda, 0, sizeof mock_cuda);
+    mock_cuda.device_memory = same_gpu;
     f->comm.platform = CCHAN_PLATFORM_HOST;
     f->comm.device = -1;
     f->ch.ops = &mock_transport_dma;
@@ -52,11 +55,16 @@ static int setup(void **state) {
     return 0;
 }
 
+static int setup(void **state) { return setup_with(state, 0); }
+/* Source and destination on one GPU: the channel copies through its host staging buffer. */
+static int setup_same_gpu(void **state) { return setup_with(state, 1); }
+
 static int teardown(void **state) {
     fixture_t *f = *state;
     if (!f->closed) f->ch.ops->close(&f->ch);
     assert_int_equal(mock_cuda.live_streams, 0);
     assert_int_equal(mock_cuda.live_events, 0);
+    assert_int_equal(mock_cuda.live_host_allocs, 0);
     free(f);
     return 0;
 }
@@ -201,6 +209,36 @@ static void test_copy_failure_names_channel(void **state) {
     assert_int_equal(f->target, 1);
 }
 
+/* Same GPU: a put goes device to host, then host to device, one staging piece at a time; the flush
+ * completes only after the last host-to-device copy, and the data arrive whole. */
+static void test_same_gpu_stages_through_host(void **state) {
+    fixture_t *f = *state;
+    const uint64_t bytes = 10 * SLOT; /* 160 B: pieces of 64, 64 and 32 */
+    assert_int_equal(f->ch.ops->put(&f->ch, 3 * SLOT, 3 * SLOT, bytes), 0);
+    flush(f);
+    assert_int_equal(mock_cuda.copies_d2h, 3);
+    assert_int_equal(mock_cuda.copies_h2d, 3);
+    assert_int_equal(mock_cuda.copies, 6);
+    for (int op = 0; op < 5; op++) {
+        mock_gpu_step(f->stream, 1);
+        assert_int_equal(progress(f), 1);
+        assert_int_equal(f->flush_done, 0);
+    }
+    mock_gpu_step(f->stream, 1);
+    assert_int_equal(progress(f), 0);
+    assert_int_equal(f->flush_done, 1);
+    assert_memory_equal(f->dst + 3 * SLOT, f->src + 3 * SLOT, bytes);
+}
+
+/* Different memory (another GPU, or host memory): one direct copy, no staging. */
+static void test_other_gpu_copies_direct(void **state) {
+    fixture_t *f = *state;
+    assert_int_equal(f->ch.ops->put(&f->ch, 0, 0, 10 * SLOT), 0);
+    assert_int_equal(mock_cuda.copies, 1);
+    assert_int_equal(mock_cuda.copies_d2h + mock_cuda.copies_h2d, 0);
+    assert_int_equal(mock_cuda.live_host_allocs, 0);
+}
+
 static void test_close_waits_for_copies(void **state) {
     fixture_t *f = *state;
     put_slot(f, 7);
@@ -270,6 +308,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_copy_failure_names_channel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_waits_for_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_gpu_stages_through_host, setup_same_gpu,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_other_gpu_copies_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_model, setup_same_gpu, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,18 @@ typedef enum cudaError {
     cudaErrorNotReady = 600,
 } cudaError_t;
 
-typedef enum cudaMemcpyKind { cudaMemcpyDefault = 4 } cudaMemcpyKind_t;
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind_t;
+#define cudaHostAllocDefault 0x00u
+
+enum cudaMemoryType { cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+};
 #define cudaStreamNonBlocking 0x01u
 #define cudaEventDisableTiming 0x02u
 
@@ -45,7 +56,9 @@ typedef struct mock_stream {
 static struct {
     unsigned copies, records, stream_queries, event_queries;
     int fail_next_copy; /* the next cudaMemcpyAsync fails with cudaErrorInvalidValue */
-    int live_streams, live_events;
+    int live_streams, live_events, live_host_allocs;
+    int device_memory;              /* cudaPointerGetAttributes: every pointer is on device 0 */
+    unsigned copies_d2h, copies_h2d; /* by kind */
 } mock_cuda;
 
 static cudaStream_t mock_current_stream;
@@ -128,15 +141,39 @@ static cudaError_t cudaEventQuery(cudaEvent_t e) {
 
 static cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind_t kind,
                                    cudaStream_t s) {
-    (void)kind;
     if (mock_cuda.fail_next_copy) {
         mock_cuda.fail_next_copy = 0;
         return cudaErrorInvalidValue;
     }
     mock_op_t op = {dst, src, bytes, NULL};
     cudaError_t r = mock_push(s, op);
-    if (r == cudaSuccess) mock_cuda.copies++;
+    if (r == cudaSuccess) {
+        mock_cuda.copies++;
+        mock_cuda.copies_d2h += kind == cudaMemcpyDeviceToHost;
+        mock_cuda.copies_h2d += kind == cudaMemcpyHostToDevice;
+    }
     return r;
+}
+
+static cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
+    (void)flags;
+    *p = malloc(bytes);
+    if (!*p) return cudaErrorInvalidValue;
+    mock_cuda.live_host_allocs++;
+    return cudaSuccess;
+}
+
+static cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    mock_cuda.live_host_allocs--;
+    return cudaSuccess;
+}
+
+static cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    (void)p;
+    a->type = mock_cuda.device_memory ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+    a->device = mock_cuda.device_memory ? 0 : -1;
+    return cudaSuccess;
 }
 
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }
