@@ -757,8 +757,9 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
         if (st < 0) ccb_die(ctx, "-T %s: %s", o->params[i].name, cchan_coll_last_error());
     }
     {
-        static const char *const names[] = {"ce_lanes",  "ce_chunk", "ce_sm_permille", "ce_local",
-                                            "ll_spread", "pdl",      "zc_block_bytes", "port_ring"};
+        static const char *const names[] = {"ce_lanes",       "ce_chunk",   "ce_sm_permille",
+                                            "ce_rs",          "ce_regions", "pdl",
+                                            "zc_block_bytes", "zc_ag_max",  "zc_rs_max"};
         char line[256];
         size_t len = 0;
         for (size_t i = 0; i < sizeof names / sizeof names[0] && len < sizeof line; i++) {

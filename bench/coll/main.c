@@ -140,7 +140,7 @@ static void usage(FILE *f) {
             "  -o, --op OP              allreduce | allgather | reducescatter | fused | all "
             "(default allreduce; repeatable)\n"
             "  -d, --datatype T         float | half | bfloat16 | all (default float)\n"
-            "  -a, --algo A             auto | ll | hb | switch | port | ce | all (default auto)\n"
+            "  -a, --algo A             auto | ll | hb | switch | ce | all (default auto)\n"
             "  -b, --minbytes SIZE      smallest size (default 1K; suffixes K, M, G)\n"
             "  -e, --maxbytes SIZE      largest size (default 64M)\n"
             "  -f, --stepfactor F       multiply the size by F each step (default 2)\n"
@@ -211,7 +211,6 @@ static int parse_algo(const char *s) {
     if (!strcmp(s, "ll")) return CCHAN_COLL_LL_ALLPAIRS;
     if (!strcmp(s, "hb")) return CCHAN_COLL_HB_ALLPAIRS;
     if (!strcmp(s, "switch")) return CCHAN_COLL_SWITCH;
-    if (!strcmp(s, "port")) return CCHAN_COLL_PORT_RING;
     if (!strcmp(s, "ce")) return CCHAN_COLL_CE_ALLPAIRS;
     for (int a = 0; a < CCHAN_COLL_ALGO_COUNT; a++)
         if (!strcmp(s, cchan_coll_algo_name((cchan_coll_algo_t)a))) return a;

@@ -285,10 +285,6 @@ static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
     }
     rc = cchan_coll_create(c->cc, NULL, &c->coll);
     if (rc) return shim_fail_coll(rc, "ncclCommInitRank: cchan_coll_create");
-    /* The selector never picks PORT_RING, and its port channels would keep every window's
-     * semaphores and mappings until the communicator goes: registrations here build none. */
-    rc = cchan_coll_set_param(c->coll, "port_ring", 0);
-    if (rc) return shim_fail_coll(rc, "ncclCommInitRank: cchan_coll_set_param(port_ring)");
 #endif
     return ncclSuccess;
 }

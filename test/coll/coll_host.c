@@ -90,7 +90,7 @@ static const char *op_name(cchan_coll_op_t op) {
 }
 
 /* Runs one call and checks it. Returns 1 if the algorithm ran, 0 if it reported unsupported. */
-/* Registered buffers (cchan_mem_alloc, then cchan_coll_register) for the zero-copy and port-ring
+/* Registered buffers (cchan_mem_alloc, then cchan_coll_register) for the zero-copy and copy-engine
  * cases; NULL: each case mallocs its own. */
 static uint8_t *g_reg_a, *g_reg_b;
 
@@ -201,10 +201,10 @@ static void test_errors(cchan_coll_t *coll) {
            "overflowing count");
     EXPECT(cchan_coll_allreduce(coll, x, x, 0, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == 0,
            "zero count is a no-op");
-    EXPECT(cchan_coll_allreduce(coll, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_PORT_RING, NULL) ==
-                   (g_nranks > 1 ? CCHAN_ERR_UNSUPPORTED : CCHAN_ERR_UNSUPPORTED) &&
-               strstr(cchan_coll_last_error(), g_nranks > 1 ? "registered" : "cannot run"),
-           "port ring on unregistered buffers: '%s'", cchan_coll_last_error());
+    EXPECT(cchan_coll_allreduce(coll, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_CE_ALLPAIRS, NULL) ==
+                   CCHAN_ERR_UNSUPPORTED &&
+               strstr(cchan_coll_last_error(), "registered"),
+           "CE all-pairs on unregistered buffers: '%s'", cchan_coll_last_error());
     EXPECT(cchan_coll_supported(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_SWITCH, 1024) &&
                !cchan_coll_supported(coll, CCHAN_COLL_ALLGATHER, CCHAN_COLL_SWITCH, 1024),
            "switch: AllReduce only");
@@ -227,43 +227,32 @@ static void test_errors(cchan_coll_t *coll) {
     (void)bad;
 }
 
-/* The LL kernels' packet-to-thread map: a bijection onto [0, nblocks * nthreads) for every shape
- * and both settings, and with ll_spread a small message lands on every block (a 16 KiB AllGather's
- * 1024 packets on all 16 of 16 blocks of 512 threads, not on 2). */
+/* The LL kernels' packet-to-thread map: a bijection onto [0, nblocks * nthreads) for every shape,
+ * and a small message lands on every block (a 16 KiB AllGather's 1024 packets on all 16 of 16
+ * blocks of 512 threads, not on the first 2). */
 static void test_ll_index(void) {
     static const uint32_t shapes[][2] = {{16, 512}, {16, 1}, {2, 1}, {32, 256}, {7, 96}, {1, 32}};
-    for (int spread = 0; spread < 2; spread++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            uint32_t nb = shapes[s][0], nt = shapes[s][1];
-            coll_args_t a;
-            memset(&a, 0, sizeof a);
-            a.ll_spread = (uint32_t)spread;
-            size_t n = (size_t)nb * nt;
-            unsigned char *seen = calloc(n, 1);
-            int bad = 0;
-            for (uint32_t b = 0; b < nb; b++)
-                for (uint32_t t = 0; t < nt; t++) {
-                    uint64_t i = coll_ll_index(&a, b, nb, t, nt);
-                    if (i >= n || seen[i]++) bad++;
-                }
-            EXPECT(bad == 0, "coll_ll_index spread=%d %ux%u: %d collisions or out of range", spread,
-                   nb, nt, bad);
-            free(seen);
-        }
-    coll_args_t a;
-    memset(&a, 0, sizeof a);
-    for (int spread = 0; spread < 2; spread++) {
-        a.ll_spread = (uint32_t)spread;
-        unsigned used = 0; /* blocks holding one of packets 0..1023 */
-        for (uint32_t b = 0; b < 16; b++)
-            for (uint32_t t = 0; t < 512; t++)
-                if (coll_ll_index(&a, b, 16, t, 512) < 1024) {
-                    used++;
-                    break;
-                }
-        EXPECT(used == (spread ? 16u : 2u), "ll_spread=%d: 1024 packets on %u of 16 blocks", spread,
-               used);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        uint32_t nb = shapes[s][0], nt = shapes[s][1];
+        size_t n = (size_t)nb * nt;
+        unsigned char *seen = calloc(n, 1);
+        int bad = 0;
+        for (uint32_t b = 0; b < nb; b++)
+            for (uint32_t t = 0; t < nt; t++) {
+                uint64_t i = coll_ll_index(b, nb, t, nt);
+                if (i >= n || seen[i]++) bad++;
+            }
+        EXPECT(bad == 0, "coll_ll_index %ux%u: %d collisions or out of range", nb, nt, bad);
+        free(seen);
     }
+    unsigned used = 0; /* blocks holding one of packets 0..1023 */
+    for (uint32_t b = 0; b < 16; b++)
+        for (uint32_t t = 0; t < 512; t++)
+            if (coll_ll_index(b, 16, t, 512) < 1024) {
+                used++;
+                break;
+            }
+    EXPECT(used == 16u, "1024 packets on %u of 16 blocks", used);
 }
 
 int main(int argc, char **argv) {
@@ -319,8 +308,7 @@ int main(int argc, char **argv) {
                  (cchan_coll_dtype_t)(it % 3), c, it % 4 == 1, seed++);
         ran++;
     }
-    /* Registered buffers: HB all-pairs AllReduce and AllGather run zero-copy, PORT_RING runs at
-     * all. */
+    /* Registered buffers: HB all-pairs runs zero-copy, CE all-pairs runs at all. */
     {
         size_t n = (size_t)g_nranks, big = max_count < 65537 ? max_count : 65537;
         size_t bytes = (big * n + GUARD) * 4;
@@ -334,8 +322,7 @@ int main(int argc, char **argv) {
         /* (a call on buffers without 2 MiB pages, as here on the host platform, then runs HB) */
         EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) ==
                    (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
-               "1 GiB allreduce with registered buffers selects CE all-pairs up to 2 ranks (the "
-               "port ring is in no selector row)");
+               "1 GiB allreduce with registered buffers selects CE all-pairs up to 2 ranks");
         EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)256 << 20) ==
                    (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
                "256 MiB allreduce selects CE all-pairs up to 2 ranks");
@@ -345,7 +332,7 @@ int main(int argc, char **argv) {
         EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30) ==
                    (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
                "1 GiB allgather with registered buffers selects CE all-pairs up to 2 ranks");
-        static const cchan_coll_algo_t reg_algos[] = {CCHAN_COLL_HB_ALLPAIRS, CCHAN_COLL_PORT_RING,
+        static const cchan_coll_algo_t reg_algos[] = {CCHAN_COLL_HB_ALLPAIRS,
                                                       CCHAN_COLL_CE_ALLPAIRS, CCHAN_COLL_AUTO};
         for (size_t ai = 0; ai < sizeof reg_algos / sizeof reg_algos[0]; ai++)
             for (int op = 0; op < 3; op++)
@@ -362,27 +349,23 @@ int main(int argc, char **argv) {
                     }
         /* The tuned variants (each row's values stay for the next rows): CE pipeline chunks of
          * 64 KiB (many chunks, both staging regions) with a share of the SMs, several lanes, the
-         * SMs alone, every lane with the local block by a copy engine or by the SMs; the
-         * copy-engine reduce-scatter (ce_rs); small zero-copy blocks with HB AllGather staged
-         * (zc_ag_max 0; the registered calls above ran it zero-copy). */
+         * SMs alone, every lane; the copy-engine reduce-scatter (ce_rs); small zero-copy blocks
+         * with HB AllGather staged (zc_ag_max 0; the registered calls above ran it zero-copy). */
         static const struct {
             const char *name;
             int64_t value;
         } tunes[][3] = {
-            {{"ce_chunk", 65536}, {"ce_local", 0}, {"ce_sm_permille", 300}},
+            {{"ce_chunk", 65536}, {"ce_lanes", 1}, {"ce_sm_permille", 300}},
             {{"ce_chunk", 65536}, {"ce_lanes", 3}, {"ce_sm_permille", 1000}},
-            {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 500}},
-            /* AllReduce with the shards pushed by the copy engines: 16 KiB chunks, ramped up and
-             * down where the shard holds four (1/8, 1/4, 1/2 chunk first and last: the largest
-             * counts at 2 and 4 ranks), cycle through the three staging regions; then equal
-             * chunks, no SM share and two output lanes; then five regions (four chunks ahead)
-             * on one shard lane, ramped down at the end, and two regions (one ahead) on two lanes
-             */
-            {{"ce_rs", 1}, {"ce_chunk", 16384}, {"ce_ramp", 1}},
-            {{"ce_ramp", 0}, {"ce_sm_permille", 0}, {"ce_lanes", 2}},
-            {{"ce_regions", 5}, {"ce_rs_lanes", 1}, {"ce_ramp", 2}},
-            {{"ce_regions", 2}, {"ce_rs_lanes", 2}, {"ce_ramp", 0}},
-            {{"zc_block_bytes", 1024}, {"ce_local", 0}, {"zc_ag_max", 0}},
+            {{"ce_lanes", 8}, {"ce_sm_permille", 500}, {"ce_chunk", 65536}},
+            /* AllReduce with the shards pushed by the copy engines: 16 KiB chunks through the
+             * three staging regions; then no SM share and two output lanes; then five regions
+             * (four chunks ahead), and two regions (one ahead) */
+            {{"ce_rs", 1}, {"ce_chunk", 16384}, {"ce_regions", 3}},
+            {{"ce_sm_permille", 0}, {"ce_lanes", 2}, {"ce_regions", 3}},
+            {{"ce_regions", 5}, {"ce_sm_permille", 200}, {"ce_lanes", 2}},
+            {{"ce_regions", 2}, {"ce_sm_permille", 0}, {"ce_lanes", 2}},
+            {{"zc_block_bytes", 1024}, {"zc_ag_max", 0}, {"ce_lanes", 2}},
         };
         const size_t ntunes = sizeof tunes / sizeof tunes[0];
         for (size_t ti = 0; ti < ntunes; ti++) {
@@ -469,37 +452,9 @@ int main(int argc, char **argv) {
         CHECK(cchan_mem_destroy(ma));
         CHECK(cchan_mem_destroy(mb));
     }
-    /* Register, run the port ring, deregister, free, again: the port channels a registration made
-     * outlive it (they live as long as the proxy), and a new registration must neither collide
-     * with them (a semaphore with a second writer) nor leave them pointing at freed memory. */
-    for (int k = 0; k < 3 && g_nranks > 1; k++) {
-        size_t count = 1031, bytes = (count * (size_t)g_nranks + GUARD) * 4;
-        cchan_mem_t *ma, *mb;
-        CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
-        CHECK(cchan_mem_alloc(comm, bytes, 0, &mb));
-        g_reg_a = (uint8_t *)cchan_mem_ptr(ma);
-        g_reg_b = (uint8_t *)cchan_mem_ptr(mb);
-        int ra = cchan_coll_register(coll, g_reg_a, bytes);
-        EXPECT(ra == 0, "registration %d after deregistrations: '%s'", k, cchan_coll_last_error());
-        int rb = ra == 0 ? cchan_coll_register(coll, g_reg_b, bytes) : -1;
-        EXPECT(rb == 0, "second registration %d: '%s'", k, cchan_coll_last_error());
-        if (ra == 0 && rb == 0) {
-            EXPECT(run_case(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_PORT_RING, CCHAN_COLL_F32, count,
-                            k & 1, seed++),
-                   "port ring on re-registered buffers");
-            ran++;
-        }
-        if (ra == 0) CHECK(cchan_coll_deregister(coll, g_reg_a));
-        if (rb == 0) CHECK(cchan_coll_deregister(coll, g_reg_b));
-        g_reg_a = g_reg_b = NULL;
-        CHECK(cchan_mem_destroy(ma));
-        CHECK(cchan_mem_destroy(mb));
-    }
-    /* port_ring = 0: registrations build no port channels, so deregistration releases everything
-     * and any number of register/deregister cycles fit; PORT_RING refuses such buffers by name,
-     * and the zero-copy paths still take them. */
+    /* Register and deregister many times over: deregistration releases everything, so any
+     * number of cycles fit, and the zero-copy paths take every new registration. */
     if (g_nranks > 1) {
-        CHECK(cchan_coll_set_param(coll, "port_ring", 0));
         size_t count = 257, bytes = (count * (size_t)g_nranks + GUARD) * 4;
         cchan_mem_t *ma, *mb;
         CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
@@ -510,14 +465,9 @@ int main(int argc, char **argv) {
             CHECK(cchan_coll_register(coll, g_reg_a, bytes));
             CHECK(cchan_coll_register(coll, g_reg_b, bytes));
             if (k == 0 || k == 39) {
-                EXPECT(cchan_coll_allreduce(coll, g_reg_a, g_reg_b, count, CCHAN_COLL_F32,
-                                            CCHAN_COLL_PORT_RING, NULL) == CCHAN_ERR_UNSUPPORTED &&
-                           strstr(cchan_coll_last_error(), "port_ring") != NULL,
-                       "port ring on a buffer registered with port_ring 0: '%s'",
-                       cchan_coll_last_error());
                 EXPECT(run_case(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_HB_ALLPAIRS, CCHAN_COLL_F32,
-                                count, 0, seed++),
-                       "HB all-pairs on buffers registered with port_ring 0");
+                                count, k & 1, seed++),
+                       "HB all-pairs on re-registered buffers (cycle %d)", k);
                 ran++;
             }
             CHECK(cchan_coll_deregister(coll, g_reg_a));
@@ -526,7 +476,6 @@ int main(int argc, char **argv) {
         g_reg_a = g_reg_b = NULL;
         CHECK(cchan_mem_destroy(ma));
         CHECK(cchan_mem_destroy(mb));
-        CHECK(cchan_coll_set_param(coll, "port_ring", 1));
     }
     CHECK(cchan_coll_destroy(coll));
 
