@@ -131,9 +131,9 @@ int cchan_coll_set_param(cchan_coll_t *coll, const char *name, int64_t value);
 int cchan_coll_get_param(const cchan_coll_t *coll, const char *name, int64_t *out);
 size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
 
-/* The calling thread's last cchan_coll error with its context: this library's own message when its
- * last failing call found the problem itself (bad argument, unsupported size), else
- * cchan_last_error() (the runtime call that failed). "" if none. */
+/* The calling thread's last error: the same message as cchan_last_error(), which cchan_coll's own
+ * failures (bad argument, unsupported size) write too, with the runtime call's message after
+ * theirs where one failed under them. "" if none. */
 const char *cchan_coll_last_error(void);
 
 #ifdef __cplusplus

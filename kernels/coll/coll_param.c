@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan/last_error.h"
 #include "coll_internal.h"
 
 /* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
@@ -44,33 +45,24 @@ static const struct coll_param_def {
 
 /* ------------------------------------------------------------------ errors */
 
-static _Thread_local char coll_errmsg[512];
-static _Thread_local int coll_err_own; /* 1: coll_errmsg holds the last error */
-
+/* Every message goes into the thread's one last-error message (cchan/last_error.h). */
 int colli_error(int status, const char *where, const char *fmt, ...) {
-    int n = snprintf(coll_errmsg, sizeof coll_errmsg, "%s: ", where);
+    char msg[1024]; /* longer: the whole message is cut, with "..." */
     va_list ap;
     va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < sizeof coll_errmsg)
-        vsnprintf(coll_errmsg + n, sizeof coll_errmsg - (size_t)n, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    size_t len = strlen(coll_errmsg);
-    snprintf(coll_errmsg + len, sizeof coll_errmsg - len, " (%s)", cchan_strerror(status));
-    coll_err_own = 1;
-    return status;
+    return cchan_set_last_error(status, "%s: %s (%s)", where, msg, cchan_strerror(status));
 }
 
-/* A cchan runtime call failed: its own message is in cchan_last_error(); prefix ours. */
 int colli_wrap(int status, const char *where, const char *what) {
-    return colli_error(status, where, "%s: %s", what, cchan_last_error());
+    return cchan_set_last_error(status, "%s: %s: %s (%s)", where, what, cchan_last_error(),
+                                cchan_strerror(status));
 }
 
-void colli_clear_error(void) {
-    coll_errmsg[0] = '\0';
-    coll_err_own = 0;
-}
+void colli_clear_error(void) { cchan_clear_last_error(); }
 
-const char *cchan_coll_last_error(void) { return coll_err_own ? coll_errmsg : cchan_last_error(); }
+const char *cchan_coll_last_error(void) { return cchan_last_error(); }
 
 /* ------------------------------------------------------------------ names, sizes */
 

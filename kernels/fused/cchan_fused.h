@@ -66,7 +66,8 @@ int cchan_fused_residual_rmsnorm(cchan_platform_t platform, const void *ar, cons
                                  const void *weight, float eps, void *residual_out, void *y,
                                  uint32_t tokens, uint32_t hidden, void *stream);
 
-/* The calling thread's last error of this library, or "". */
+/* The calling thread's last error: the same message as cchan_last_error(), which this library's
+ * failures write too. "" if none. */
 const char *cchan_fused_rmsnorm_last_error(void);
 
 #ifdef __cplusplus
