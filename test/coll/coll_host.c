@@ -16,35 +16,13 @@
 #include <string.h>
 
 #include "cchan_coll.h"
+#include "cchan_test.h"
 #include "coll_algos.h" /* coll_ll_index */
 
 #define GUARD 19 /* elements after every output */
 #define GUARD_BYTE 0x7B
 
-static int g_rank, g_nranks, g_failures, g_checks;
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "[r%d] %s:%d: %s = %d (%s): %s\n", g_rank, __FILE__, __LINE__, #call,  \
-                    s_, cchan_strerror(s_), cchan_coll_last_error());                              \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        g_checks++;                                                                                \
-        if (!(cond)) {                                                                             \
-            g_failures++;                                                                          \
-            if (g_failures < 20) {                                                                 \
-                fprintf(stderr, "[r%d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                 \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
+static int g_rank, g_nranks;
 
 static uint64_t mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -133,18 +111,18 @@ static int run_case(cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t al
     default: st = cchan_coll_reducescatter(coll, send, recv, count, dt, algo, NULL); break;
     }
     if (!supported) {
-        EXPECT(st == CCHAN_ERR_UNSUPPORTED && strstr(cchan_coll_last_error(), "cannot run"),
-               "%s %s %zu: unsupported call returned %d (%s)", op_name(op),
-               cchan_coll_algo_name(algo), count, st, cchan_coll_last_error());
+        CT_EXPECT(st == CCHAN_ERR_UNSUPPORTED && strstr(cchan_coll_last_error(), "cannot run"),
+                  "%s %s %zu: unsupported call returned %d (%s)", op_name(op),
+                  cchan_coll_algo_name(algo), count, st, cchan_coll_last_error());
         if (own) {
             free(a);
             free(b);
         }
         return 0;
     }
-    EXPECT(st == 0, "%s %s %s count %zu %s: %d (%s)", op_name(op), cchan_coll_algo_name(algo),
-           dtype_name(dt), count, in_place ? "in place" : "out of place", st,
-           cchan_coll_last_error());
+    CT_EXPECT(st == 0, "%s %s %s count %zu %s: %d (%s)", op_name(op), cchan_coll_algo_name(algo),
+              dtype_name(dt), count, in_place ? "in place" : "out of place", st,
+              cchan_coll_last_error());
     size_t bad = 0, first = (size_t)-1;
     double got_first = 0, want_first = 0;
     for (size_t i = 0; i < out_elems && st == 0; i++) {
@@ -164,17 +142,17 @@ static int run_case(cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t al
             }
         }
     }
-    EXPECT(bad == 0, "%s %s %s count %zu %s: %zu wrong elements, first [%zu] = %g, want %g",
-           op_name(op), cchan_coll_algo_name(algo), dtype_name(dt), count,
-           in_place ? "in place" : "out of place", bad, first, got_first, want_first);
+    CT_EXPECT(bad == 0, "%s %s %s count %zu %s: %zu wrong elements, first [%zu] = %g, want %g",
+              op_name(op), cchan_coll_algo_name(algo), dtype_name(dt), count,
+              in_place ? "in place" : "out of place", bad, first, got_first, want_first);
     /* guards: nothing written past the output (and, in place, past the whole buffer) */
     const uint8_t *end = recv + out_elems * es;
     const uint8_t *lim = in_place ? a + buf_elems * es : b + (out_elems + GUARD) * es;
     size_t touched = 0;
     for (const uint8_t *p = end; p < lim; p++) touched += *p != GUARD_BYTE;
     if (in_place && op == CCHAN_COLL_REDUCESCATTER) touched = 0; /* the input lies beyond */
-    EXPECT(touched == 0, "%s %s %s count %zu: %zu guard bytes overwritten", op_name(op),
-           cchan_coll_algo_name(algo), dtype_name(dt), count, touched);
+    CT_EXPECT(touched == 0, "%s %s %s count %zu: %zu guard bytes overwritten", op_name(op),
+              cchan_coll_algo_name(algo), dtype_name(dt), count, touched);
     if (own) {
         free(a);
         free(b);
@@ -184,46 +162,48 @@ static int run_case(cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t al
 
 static void test_errors(cchan_coll_t *coll) {
     float x[4] = {0};
-    EXPECT(cchan_coll_allreduce(NULL, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == -EINVAL,
-           "NULL coll");
-    EXPECT(cchan_coll_allreduce(coll, NULL, x, 4, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == -EINVAL,
-           "NULL send");
-    EXPECT(cchan_coll_allreduce(coll, x, x, 4, (cchan_coll_dtype_t)7, CCHAN_COLL_AUTO, NULL) ==
-               -EINVAL,
-           "bad dtype");
-    EXPECT(strstr(cchan_coll_last_error(), "dtype") != NULL, "message names the dtype: '%s'",
-           cchan_coll_last_error());
-    EXPECT(cchan_coll_allgather(coll, x, x, 4, CCHAN_COLL_F32, (cchan_coll_algo_t)9, NULL) ==
-               -EINVAL,
-           "bad algo");
-    EXPECT(cchan_coll_allreduce(coll, x, x, SIZE_MAX / 2, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) ==
-               CCHAN_ERR_RANGE,
-           "overflowing count");
-    EXPECT(cchan_coll_allreduce(coll, x, x, 0, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == 0,
-           "zero count is a no-op");
-    EXPECT(cchan_coll_allreduce(coll, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_CE_ALLPAIRS, NULL) ==
-                   CCHAN_ERR_UNSUPPORTED &&
-               strstr(cchan_coll_last_error(), "registered"),
-           "CE all-pairs on unregistered buffers: '%s'", cchan_coll_last_error());
-    EXPECT(cchan_coll_supported(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_SWITCH, 1024) &&
-               !cchan_coll_supported(coll, CCHAN_COLL_ALLGATHER, CCHAN_COLL_SWITCH, 1024),
-           "switch: AllReduce only");
+    CT_EXPECT(cchan_coll_allreduce(NULL, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == -EINVAL,
+              "NULL coll");
+    CT_EXPECT(cchan_coll_allreduce(coll, NULL, x, 4, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) ==
+                  -EINVAL,
+              "NULL send");
+    CT_EXPECT(cchan_coll_allreduce(coll, x, x, 4, (cchan_coll_dtype_t)7, CCHAN_COLL_AUTO, NULL) ==
+                  -EINVAL,
+              "bad dtype");
+    CT_EXPECT(strstr(cchan_coll_last_error(), "dtype") != NULL, "message names the dtype: '%s'",
+              cchan_coll_last_error());
+    CT_EXPECT(cchan_coll_allgather(coll, x, x, 4, CCHAN_COLL_F32, (cchan_coll_algo_t)9, NULL) ==
+                  -EINVAL,
+              "bad algo");
+    CT_EXPECT(cchan_coll_allreduce(coll, x, x, SIZE_MAX / 2, CCHAN_COLL_F32, CCHAN_COLL_AUTO,
+                                   NULL) == CCHAN_ERR_RANGE,
+              "overflowing count");
+    CT_EXPECT(cchan_coll_allreduce(coll, x, x, 0, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL) == 0,
+              "zero count is a no-op");
+    CT_EXPECT(cchan_coll_allreduce(coll, x, x, 4, CCHAN_COLL_F32, CCHAN_COLL_CE_ALLPAIRS, NULL) ==
+                      CCHAN_ERR_UNSUPPORTED &&
+                  strstr(cchan_coll_last_error(), "registered"),
+              "CE all-pairs on unregistered buffers: '%s'", cchan_coll_last_error());
+    CT_EXPECT(cchan_coll_supported(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_SWITCH, 1024) &&
+                  !cchan_coll_supported(coll, CCHAN_COLL_ALLGATHER, CCHAN_COLL_SWITCH, 1024),
+              "switch: AllReduce only");
     for (int op = 0; op < 3; op++)
         for (size_t bytes = 1; bytes <= ((size_t)1 << 31); bytes *= 4) {
             cchan_coll_algo_t a = cchan_coll_select(coll, (cchan_coll_op_t)op, bytes);
-            EXPECT(a != CCHAN_COLL_AUTO &&
-                       cchan_coll_supported(coll, (cchan_coll_op_t)op, a, bytes),
-                   "select(%s, %zu) = %s, which is not supported", op_name((cchan_coll_op_t)op),
-                   bytes, cchan_coll_algo_name(a));
+            CT_EXPECT(a != CCHAN_COLL_AUTO &&
+                          cchan_coll_supported(coll, (cchan_coll_op_t)op, a, bytes),
+                      "select(%s, %zu) = %s, which is not supported", op_name((cchan_coll_op_t)op),
+                      bytes, cchan_coll_algo_name(a));
         }
-    EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) == CCHAN_COLL_HB_ALLPAIRS,
-           "1 GiB allreduce selects HB");
-    EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, 1024) == CCHAN_COLL_LL_ALLPAIRS,
-           "1 KiB allreduce selects LL");
+    CT_EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) ==
+                  CCHAN_COLL_HB_ALLPAIRS,
+              "1 GiB allreduce selects HB");
+    CT_EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, 1024) == CCHAN_COLL_LL_ALLPAIRS,
+              "1 KiB allreduce selects LL");
     cchan_coll_config_t bad = CCHAN_COLL_CONFIG_INIT;
     bad.magic = 0;
     cchan_coll_t *c2 = NULL;
-    EXPECT(cchan_coll_create(NULL, NULL, &c2) == -EINVAL && c2 == NULL, "NULL comm");
+    CT_EXPECT(cchan_coll_create(NULL, NULL, &c2) == -EINVAL && c2 == NULL, "NULL comm");
     (void)bad;
 }
 
@@ -242,7 +222,7 @@ static void test_ll_index(void) {
                 uint64_t i = coll_ll_index(b, nb, t, nt);
                 if (i >= n || seen[i]++) bad++;
             }
-        EXPECT(bad == 0, "coll_ll_index %ux%u: %d collisions or out of range", nb, nt, bad);
+        CT_EXPECT(bad == 0, "coll_ll_index %ux%u: %d collisions or out of range", nb, nt, bad);
         free(seen);
     }
     unsigned used = 0; /* blocks holding one of packets 0..1023 */
@@ -252,7 +232,7 @@ static void test_ll_index(void) {
                 used++;
                 break;
             }
-    EXPECT(used == 16u, "1024 packets on %u of 16 blocks", used);
+    CT_EXPECT(used == 16u, "1024 packets on %u of 16 blocks", used);
 }
 
 int main(int argc, char **argv) {
@@ -263,9 +243,9 @@ int main(int argc, char **argv) {
     cchan_comm_config_t ccfg = CCHAN_COMM_CONFIG_INIT;
     ccfg.platform = CCHAN_PLATFORM_HOST;
     ccfg.timeout_ms = 60000; /* a lost packet or signal fails the call instead of hanging */
-    CHECK(cchan_bootstrap_create_from_env(&bs));
-    CHECK(cchan_comm_create(bs, &ccfg, &comm));
-    g_rank = cchan_comm_rank(comm);
+    CT_OK(cchan_bootstrap_create_from_env(&bs));
+    CT_OK(cchan_comm_create(bs, &ccfg, &comm));
+    g_rank = ct_rank = cchan_comm_rank(comm);
     g_nranks = cchan_comm_size(comm);
 
     cchan_coll_config_t cfg = CCHAN_COLL_CONFIG_INIT;
@@ -275,9 +255,9 @@ int main(int argc, char **argv) {
         cchan_coll_config_t bad = CCHAN_COLL_CONFIG_INIT;
         bad.magic = 1;
         cchan_coll_t *c2 = NULL;
-        EXPECT(cchan_coll_create(comm, &bad, &c2) == -EINVAL && c2 == NULL, "bad config magic");
+        CT_EXPECT(cchan_coll_create(comm, &bad, &c2) == -EINVAL && c2 == NULL, "bad config magic");
     }
-    CHECK(cchan_coll_create(comm, &cfg, &coll));
+    CT_OK(cchan_coll_create(comm, &cfg, &coll));
     test_errors(coll);
     test_ll_index();
 
@@ -313,25 +293,25 @@ int main(int argc, char **argv) {
         size_t n = (size_t)g_nranks, big = max_count < 65537 ? max_count : 65537;
         size_t bytes = (big * n + GUARD) * 4;
         cchan_mem_t *ma, *mb;
-        CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
-        CHECK(cchan_mem_alloc(comm, bytes, 0, &mb));
+        CT_OK(cchan_mem_alloc(comm, bytes, 0, &ma));
+        CT_OK(cchan_mem_alloc(comm, bytes, 0, &mb));
         g_reg_a = (uint8_t *)cchan_mem_ptr(ma);
         g_reg_b = (uint8_t *)cchan_mem_ptr(mb);
-        CHECK(cchan_coll_register(coll, g_reg_a, bytes));
-        CHECK(cchan_coll_register(coll, g_reg_b, bytes));
+        CT_OK(cchan_coll_register(coll, g_reg_a, bytes));
+        CT_OK(cchan_coll_register(coll, g_reg_b, bytes));
         /* (a call on buffers without 2 MiB pages, as here on the host platform, then runs HB) */
-        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) ==
-                   (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
-               "1 GiB allreduce with registered buffers selects CE all-pairs up to 2 ranks");
-        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)256 << 20) ==
-                   (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
-               "256 MiB allreduce selects CE all-pairs up to 2 ranks");
-        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)128 << 20) ==
-                   CCHAN_COLL_HB_ALLPAIRS,
-               "128 MiB allreduce selects HB all-pairs");
-        EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30) ==
-                   (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
-               "1 GiB allgather with registered buffers selects CE all-pairs up to 2 ranks");
+        CT_EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30) ==
+                      (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
+                  "1 GiB allreduce with registered buffers selects CE all-pairs up to 2 ranks");
+        CT_EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)256 << 20) ==
+                      (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
+                  "256 MiB allreduce selects CE all-pairs up to 2 ranks");
+        CT_EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLREDUCE, (size_t)128 << 20) ==
+                      CCHAN_COLL_HB_ALLPAIRS,
+                  "128 MiB allreduce selects HB all-pairs");
+        CT_EXPECT(cchan_coll_select(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30) ==
+                      (g_nranks <= 2 ? CCHAN_COLL_CE_ALLPAIRS : CCHAN_COLL_HB_ALLPAIRS),
+                  "1 GiB allgather with registered buffers selects CE all-pairs up to 2 ranks");
         static const cchan_coll_algo_t reg_algos[] = {CCHAN_COLL_HB_ALLPAIRS,
                                                       CCHAN_COLL_CE_ALLPAIRS, CCHAN_COLL_AUTO};
         for (size_t ai = 0; ai < sizeof reg_algos / sizeof reg_algos[0]; ai++)
@@ -370,7 +350,7 @@ int main(int argc, char **argv) {
         const size_t ntunes = sizeof tunes / sizeof tunes[0];
         for (size_t ti = 0; ti < ntunes; ti++) {
             for (int k = 0; k < 3; k++)
-                CHECK(cchan_coll_set_param(coll, tunes[ti][k].name, tunes[ti][k].value));
+                CT_OK(cchan_coll_set_param(coll, tunes[ti][k].name, tunes[ti][k].value));
             for (int op = 0; op < 2; op++)
                 for (int dt = 0; dt < 3; dt++)
                     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
@@ -388,12 +368,12 @@ int main(int argc, char **argv) {
         }
         {
             int64_t v = 0;
-            EXPECT(cchan_coll_get_param(coll, "ce_lanes", &v) == 0 && v == 2, "ce_lanes = %lld",
-                   (long long)v);
-            EXPECT(cchan_coll_set_param(coll, "ce_lanes", 9) == -EINVAL &&
-                       cchan_coll_set_param(coll, "no_such", 1) == -EINVAL &&
-                       cchan_coll_get_param(coll, "no_such", &v) == -ENOENT,
-                   "parameter limits and names");
+            CT_EXPECT(cchan_coll_get_param(coll, "ce_lanes", &v) == 0 && v == 2, "ce_lanes = %lld",
+                      (long long)v);
+            CT_EXPECT(cchan_coll_set_param(coll, "ce_lanes", 9) == -EINVAL &&
+                          cchan_coll_set_param(coll, "no_such", 1) == -EINVAL &&
+                          cchan_coll_get_param(coll, "no_such", &v) == -ENOENT,
+                      "parameter limits and names");
         }
         /* What AUTO runs for given buffers: a ReduceScatter above 512 KiB on a registered send
          * runs HB (zero-copy) rather than the LL row; the CE rows fall back to HB on a region
@@ -401,92 +381,93 @@ int main(int argc, char **argv) {
         {
             const size_t rb = (size_t)1 << 20;
             cchan_mem_t *mr;
-            CHECK(cchan_mem_alloc(comm, rb, 0, &mr));
+            CT_OK(cchan_mem_alloc(comm, rb, 0, &mr));
             uint8_t *p = (uint8_t *)cchan_mem_ptr(mr);
-            CHECK(cchan_coll_register(coll, p, rb));
+            CT_OK(cchan_coll_register(coll, p, rb));
             static const uint8_t unreg[16];
             const cchan_coll_op_t rs = CCHAN_COLL_REDUCESCATTER;
-            EXPECT(cchan_coll_select_buffers(coll, rs, rb, p, p) == CCHAN_COLL_HB_ALLPAIRS,
-                   "1 MiB reducescatter on a registered send runs HB (zero-copy; the row: %s)",
-                   cchan_coll_algo_name(cchan_coll_select(coll, rs, rb)));
-            EXPECT(cchan_coll_select_buffers(coll, rs, rb, unreg, unreg) ==
-                       cchan_coll_select(coll, rs, rb),
-                   "1 MiB reducescatter on an unregistered send keeps the table's row");
-            EXPECT(cchan_coll_select_buffers(coll, rs, rb / 4, p, p) ==
-                           cchan_coll_select(coll, rs, rb / 4) &&
-                       cchan_coll_select_buffers(coll, rs, rb / 4, unreg, unreg) ==
-                           cchan_coll_select(coll, rs, rb / 4),
-                   "256 KiB reducescatter keeps the table's row, registered or not");
-            EXPECT(cchan_coll_select_buffers(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30, p, p) ==
-                       CCHAN_COLL_HB_ALLPAIRS,
-                   "1 GiB allgather past the registration runs HB");
-            EXPECT(cchan_coll_select_buffers(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30, p, p) ==
-                       CCHAN_COLL_HB_ALLPAIRS,
-                   "1 GiB allreduce past the registration runs HB");
-            CHECK(cchan_coll_deregister(coll, p));
+            CT_EXPECT(cchan_coll_select_buffers(coll, rs, rb, p, p) == CCHAN_COLL_HB_ALLPAIRS,
+                      "1 MiB reducescatter on a registered send runs HB (zero-copy; the row: %s)",
+                      cchan_coll_algo_name(cchan_coll_select(coll, rs, rb)));
+            CT_EXPECT(cchan_coll_select_buffers(coll, rs, rb, unreg, unreg) ==
+                          cchan_coll_select(coll, rs, rb),
+                      "1 MiB reducescatter on an unregistered send keeps the table's row");
+            CT_EXPECT(cchan_coll_select_buffers(coll, rs, rb / 4, p, p) ==
+                              cchan_coll_select(coll, rs, rb / 4) &&
+                          cchan_coll_select_buffers(coll, rs, rb / 4, unreg, unreg) ==
+                              cchan_coll_select(coll, rs, rb / 4),
+                      "256 KiB reducescatter keeps the table's row, registered or not");
+            CT_EXPECT(cchan_coll_select_buffers(coll, CCHAN_COLL_ALLGATHER, (size_t)1 << 30, p,
+                                                p) == CCHAN_COLL_HB_ALLPAIRS,
+                      "1 GiB allgather past the registration runs HB");
+            CT_EXPECT(cchan_coll_select_buffers(coll, CCHAN_COLL_ALLREDUCE, (size_t)1 << 30, p,
+                                                p) == CCHAN_COLL_HB_ALLPAIRS,
+                      "1 GiB allreduce past the registration runs HB");
+            CT_OK(cchan_coll_deregister(coll, p));
             /* With LL slots that hold 1 MiB (as on a GPU's default scratch) the row says LL, and
              * the registered send still runs HB. */
             if (g_nranks == 2) {
                 cchan_coll_config_t big = CCHAN_COLL_CONFIG_INIT;
                 big.scratch_bytes = (size_t)32 << 20;
                 cchan_coll_t *c2 = NULL;
-                CHECK(cchan_coll_create(comm, &big, &c2));
-                CHECK(cchan_coll_register(c2, p, rb));
-                EXPECT(cchan_coll_select(c2, rs, rb) == CCHAN_COLL_LL_ALLPAIRS &&
-                           cchan_coll_select_buffers(c2, rs, rb, p, p) == CCHAN_COLL_HB_ALLPAIRS &&
-                           cchan_coll_select_buffers(c2, rs, rb, unreg, unreg) ==
-                               CCHAN_COLL_LL_ALLPAIRS,
-                       "1 MiB reducescatter: row LL, registered send HB, unregistered LL");
-                CHECK(cchan_coll_deregister(c2, p));
-                CHECK(cchan_coll_destroy(c2));
+                CT_OK(cchan_coll_create(comm, &big, &c2));
+                CT_OK(cchan_coll_register(c2, p, rb));
+                CT_EXPECT(cchan_coll_select(c2, rs, rb) == CCHAN_COLL_LL_ALLPAIRS &&
+                              cchan_coll_select_buffers(c2, rs, rb, p, p) ==
+                                  CCHAN_COLL_HB_ALLPAIRS &&
+                              cchan_coll_select_buffers(c2, rs, rb, unreg, unreg) ==
+                                  CCHAN_COLL_LL_ALLPAIRS,
+                          "1 MiB reducescatter: row LL, registered send HB, unregistered LL");
+                CT_OK(cchan_coll_deregister(c2, p));
+                CT_OK(cchan_coll_destroy(c2));
             }
-            CHECK(cchan_mem_destroy(mr));
+            CT_OK(cchan_mem_destroy(mr));
         }
-        EXPECT(cchan_coll_allgather(coll, g_reg_a, g_reg_b, 3, CCHAN_COLL_F16,
-                                    CCHAN_COLL_CE_ALLPAIRS, NULL) == CCHAN_ERR_UNSUPPORTED,
-               "CE AllGather of 6-byte blocks: '%s'", cchan_coll_last_error());
-        CHECK(cchan_coll_deregister(coll, g_reg_a));
-        CHECK(cchan_coll_deregister(coll, g_reg_b));
-        EXPECT(cchan_coll_deregister(coll, g_reg_a) == -ENOENT, "deregister twice");
+        CT_EXPECT(cchan_coll_allgather(coll, g_reg_a, g_reg_b, 3, CCHAN_COLL_F16,
+                                       CCHAN_COLL_CE_ALLPAIRS, NULL) == CCHAN_ERR_UNSUPPORTED,
+                  "CE AllGather of 6-byte blocks: '%s'", cchan_coll_last_error());
+        CT_OK(cchan_coll_deregister(coll, g_reg_a));
+        CT_OK(cchan_coll_deregister(coll, g_reg_b));
+        CT_EXPECT(cchan_coll_deregister(coll, g_reg_a) == -ENOENT, "deregister twice");
         g_reg_a = g_reg_b = NULL;
-        CHECK(cchan_mem_destroy(ma));
-        CHECK(cchan_mem_destroy(mb));
+        CT_OK(cchan_mem_destroy(ma));
+        CT_OK(cchan_mem_destroy(mb));
     }
     /* Register and deregister many times over: deregistration releases everything, so any
      * number of cycles fit, and the zero-copy paths take every new registration. */
     if (g_nranks > 1) {
         size_t count = 257, bytes = (count * (size_t)g_nranks + GUARD) * 4;
         cchan_mem_t *ma, *mb;
-        CHECK(cchan_mem_alloc(comm, bytes, 0, &ma));
-        CHECK(cchan_mem_alloc(comm, bytes, 0, &mb));
+        CT_OK(cchan_mem_alloc(comm, bytes, 0, &ma));
+        CT_OK(cchan_mem_alloc(comm, bytes, 0, &mb));
         for (int k = 0; k < 40; k++) {
             g_reg_a = (uint8_t *)cchan_mem_ptr(ma);
             g_reg_b = (uint8_t *)cchan_mem_ptr(mb);
-            CHECK(cchan_coll_register(coll, g_reg_a, bytes));
-            CHECK(cchan_coll_register(coll, g_reg_b, bytes));
+            CT_OK(cchan_coll_register(coll, g_reg_a, bytes));
+            CT_OK(cchan_coll_register(coll, g_reg_b, bytes));
             if (k == 0 || k == 39) {
-                EXPECT(run_case(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_HB_ALLPAIRS, CCHAN_COLL_F32,
-                                count, k & 1, seed++),
-                       "HB all-pairs on re-registered buffers (cycle %d)", k);
+                CT_EXPECT(run_case(coll, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_HB_ALLPAIRS,
+                                   CCHAN_COLL_F32, count, k & 1, seed++),
+                          "HB all-pairs on re-registered buffers (cycle %d)", k);
                 ran++;
             }
-            CHECK(cchan_coll_deregister(coll, g_reg_a));
-            CHECK(cchan_coll_deregister(coll, g_reg_b));
+            CT_OK(cchan_coll_deregister(coll, g_reg_a));
+            CT_OK(cchan_coll_deregister(coll, g_reg_b));
         }
         g_reg_a = g_reg_b = NULL;
-        CHECK(cchan_mem_destroy(ma));
-        CHECK(cchan_mem_destroy(mb));
+        CT_OK(cchan_mem_destroy(ma));
+        CT_OK(cchan_mem_destroy(mb));
     }
-    CHECK(cchan_coll_destroy(coll));
+    CT_OK(cchan_coll_destroy(coll));
 
-    int verdicts[64] = {0}, mine = g_failures;
-    CHECK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, verdicts, sizeof(int)));
+    int verdicts[64] = {0}, mine = ct_failures;
+    CT_OK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, verdicts, sizeof(int)));
     int total = 0;
     for (int r = 0; r < g_nranks; r++) total += verdicts[r];
     if (g_rank == 0)
         printf("coll_host: %d ranks, scratch %zu: %d calls checked (%d reported unsupported), %d "
                "checks, %d failures on all ranks\n",
-               g_nranks, scratch, ran, unsupported, g_checks, total);
-    CHECK(cchan_comm_destroy(comm));
+               g_nranks, scratch, ran, unsupported, ct_checks, total);
+    CT_OK(cchan_comm_destroy(comm));
     return total ? 1 : 0;
 }
