@@ -128,6 +128,35 @@ double cb_from_rank(const cb_ctx_t *ctx, int root, double mine);
 double cb_now(void); /* seconds, CLOCK_MONOTONIC */
 uint64_t cb_now_ns(void);
 
+/* ---- buffers and channels: the same for the GPU and the host backend (the backends' own state
+ * around them differs). data holds bandwidth messages and ping-pong payloads, pkt flags and LL
+ * packets; every rank's are mapped into every rank. */
+typedef struct cb_chans {
+    uint64_t data_bytes, pkt_bytes;
+    cchan_mem_t *data, *pkt, **peer_data, **peer_pkt; /* peer_*: [nranks] */
+    cchan_sem_set_t *msems;
+    cchan_memory_channel_t
+        *mch; /* [nranks]: to each peer, remote = its data, local = data (sem 0) */
+    cchan_memory_channel_t lch; /* ranks 0 and 1: packets into the peer's pkt, payload in data
+                                   (sem 1) */
+    /* port channels, made at the first test that needs them (cb_chans_port) */
+    int port_ready;
+    cchan_sem_set_t *psems; /* host-mapped: 0 = pch, 1 = rate_ch, more for the backend's own use */
+    cchan_proxy_t *proxy;
+    cchan_port_channel_t *pch; /* [nranks] */
+    cchan_port_channel_t rate_ch;
+} cb_chans_t;
+/* Bytes of data for this run's sweeps: at least min, the largest -e (default max_default) when a
+ * bandwidth test runs, the matrix size (default matrix_default) when the matrix does; whole 2 MiB.
+ */
+uint64_t cb_data_bytes(const cb_opts_t *o, uint64_t min, uint64_t max_default,
+                       uint64_t matrix_default);
+/* Allocates, maps everywhere and connects (collective; dies on failure). */
+void cb_chans_setup(cb_ctx_t *ctx, cb_chans_t *c, uint64_t data_bytes, uint64_t pkt_bytes);
+/* The proxy, nsems host-mapped semaphores and the port channels, once (collective). */
+void cb_chans_port(cb_ctx_t *ctx, cb_chans_t *c, int nsems);
+void cb_chans_teardown(cb_ctx_t *ctx, cb_chans_t *c); /* collective */
+
 /* ---- per-backend entry points */
 int cb_run_host(cb_ctx_t *ctx);
 #ifdef CCHAN_BENCH_CUDA
