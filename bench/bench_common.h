@@ -1,7 +1,7 @@
 /* cchan-bench: what the GPU and host-backend benchmarks share — options, statistics, the result
  * rows that rank 0 prints and writes as JSON, and collectives over the communicator's bootstrap.
  *
- * Conventions (DESIGN.md §7): every figure is printed next to a baseline measured in the same run
+ * Conventions: every figure is printed next to a baseline measured in the same run
  * on the same devices with the same sizes and grid, and their ratio (cchan / baseline: above 1 is
  * better for bandwidth, below 1 is better for latency). GB/s means 10^9 bytes per second. Rank 0
  * prints.

@@ -820,9 +820,9 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
     unsigned colls = o->ops & (CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER);
     if (colls) {
         /* A whole number of 2 MiB: cudaMalloc maps a size that is not one with small pages,
-         * and copy-engine copies between two GPUs that both send then run at 250-310 GB/s
-         * instead of 389 (2xH200, cchan-bw-probe and docs/collectives.md). nccl-tests' buffers
-         * (a power of two) and PyTorch's cached blocks (2 MiB multiples) are such sizes too. */
+         * and copy-engine copies between two GPUs that both send then slow down (docs/tuning.md,
+         * "2 MiB pages"). nccl-tests' buffers (a power of two) and PyTorch's cached blocks (2 MiB
+         * multiples) are such sizes too. */
         const size_t page = (size_t)2 << 20;
         size_t bytes = ((size_t)o->max_bytes + CCB_GUARD + page - 1) / page * page + o->alloc_pad;
         void *sendbuf = dev->alloc(bytes), *recvbuf = dev->alloc(bytes);

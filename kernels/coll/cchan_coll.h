@@ -98,10 +98,11 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
 
 /* Tuning parameters of the copy-engine and zero-copy paths, by name, for measuring sweeps
  * (cchan-coll-bench -T / --sweep). Defaults come from CCHAN_COLL_<NAME> (upper case) in the
- * environment at cchan_coll_create, else from built-in values measured on 2xH200
- * (docs/collectives.md lists them). A value applies to calls made after it is set (a captured
- * graph keeps the values of its capture); every rank must set the same values between the same
- * calls. -EINVAL for an unknown name or a value out of range, -ENOENT from get for an unknown name.
+ * environment at cchan_coll_create, else from built-in values measured on two GPUs
+ * (docs/collectives.md lists them, docs/tuning.md has the figures). A value applies to calls made
+ * after it is set (a captured graph keeps the values of its capture); every rank must set the same
+ * values between the same calls. -EINVAL for an unknown name or a value out of range, -ENOENT from
+ * get for an unknown name.
  *   ce_lanes        1..8      CUDA streams the copy engines' copies are spread over (default 1)
  *   ce_chunk        >= 4 KiB  CE AllReduce: bytes of each shard pushed and reduced per kernel
  *                             before the copy engines copy the result out (the pipeline's chunk;

@@ -129,7 +129,7 @@ static int coll_setup_runtime(cchan_coll_t *c, const char *where) {
     if (c->nranks > 1)
         COLL_TRY(cchan_sem_set_create(c->comm, (int)c->hb_blocks, 0, &c->sems),
                  "cchan_sem_set_create");
-    /* portable path: the flags never opt in to multicast (DESIGN.md section 8) */
+    /* portable path: the flags never opt in to multicast (docs/switch_channel.md, "Safety") */
     COLL_TRY(cchan_switch_channel_create(c->comm, c->scratch, NULL, 0, &c->base.sw, &c->sw_owner),
              "cchan_switch_channel_create");
 #undef COLL_TRY

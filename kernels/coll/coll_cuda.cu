@@ -208,7 +208,7 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
 
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (cuMemGetAddressRange). cudaMalloc
  * maps any other size with small pages, and copy-engine copies between two GPUs that both send
- * then fall from 389 to 250-310 GB/s on 2xH200 (cchan-bw-probe --pad). 0 when unknown. */
+ * then slow down by a fifth or more (docs/tuning.md, "2 MiB pages"). 0 when unknown. */
 int colli_cuda_big_pages(int device, const void *ptr) {
     typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
     static range_fn fn;

@@ -25,10 +25,9 @@ static int coll_bytes(size_t count, size_t es, size_t mul, size_t *out, const ch
     return 0;
 }
 
-/* Programmatic dependent launches pay off while launch latency matters: on 2xH200 (CUDA graphs,
- * same run) they took AllReduce 1 MiB from 10.35 to 9.88 us and 2 MiB from 12.96 to 12.42, but
- * cost HB kernels 3-4% from 4 MiB up (AllReduce 1 GiB 363.5 -> 348.2 GB/s, AllGather 360.6 ->
- * 347.3): calls of more bytes than this launch plainly. */
+/* Programmatic dependent launches pay off while launch latency matters and cost large HB kernels a
+ * few percent (docs/tuning.md, "Programmatic dependent launch"): calls of more bytes than this
+ * launch plainly. */
 #define COLL_PDL_MAX_BYTES (2 * COLL_MiB)
 
 /* bytes: the call's full buffer (AllReduce's, AllGather's output, ReduceScatter's input). */

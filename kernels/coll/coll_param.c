@@ -9,7 +9,8 @@
 #include "cchan/last_error.h"
 #include "coll_internal.h"
 
-/* Defaults measured on 2xH200 with cchan-coll-bench --sweep (docs/collectives.md, "Tuning"). */
+/* Defaults: the winners of cchan-coll-bench --sweep (docs/collectives.md, "Tuning"; the figures:
+ * docs/tuning.md). */
 static const struct coll_param_def {
     const char *name, *env;
     int64_t def, min, max;
@@ -17,8 +18,7 @@ static const struct coll_param_def {
     {"ce_lanes", "CCHAN_COLL_CE_LANES", 1, 1, COLLI_CE_LANES_MAX},
     {"ce_chunk", "CCHAN_COLL_CE_CHUNK", 64 * (int64_t)COLL_MiB, 4 * (int64_t)COLL_KiB, INT64_MAX},
     /* -1: AllGather from 512 MiB 0 where every rank's send and recv allocations have 2 MiB pages,
-     * else 400 (AllGather 1 GiB on 2xH200: 386 against 378 GB/s with such pages, 262 against 378
-     * without); AllReduce 400 */
+     * else 400; AllReduce 400 (docs/tuning.md, "CE SM share") */
     {"ce_sm_permille", "CCHAN_COLL_CE_SM_PERMILLE", -1, -1, 1000},
     {"zc_block_bytes", "CCHAN_COLL_ZC_BLOCK_BYTES", 32 * (int64_t)COLL_KiB, (int64_t)COLL_KiB,
      INT64_MAX},
@@ -27,19 +27,18 @@ static const struct coll_param_def {
     {"pdl", "CCHAN_COLL_PDL", 1, 0, 1},
     /* CE AllReduce, 1: the copy engines push the reduce-scatter's shards too (three staging
      * regions); 0: the SMs push them inside the CE_RS kernel; -1: 1 where every rank's send and
-     * recv allocations have 2 MiB pages (1 GiB on 2xH200: 370-373 against 334 GB/s) */
+     * recv allocations have 2 MiB pages (docs/tuning.md, "CE AllReduce") */
     {"ce_rs", "CCHAN_COLL_CE_RS", -1, -1, 1},
     /* ce_rs AllReduce: staging regions in the scratch (chunk k uses region k % ce_regions; the
      * copy engines run ce_regions - 1 chunks ahead of the reduction) */
     {"ce_regions", "CCHAN_COLL_CE_REGIONS", 3, 2, 8},
     /* HB AllGather on a registered recv: zero-copy (one kernel storing into the peers' recv) up
-     * to this many bytes of output (2xH200, 4 MiB: 12.0 against the staged kernel's 14.9 us;
-     * from 64 MiB the CE row takes over); 0: never */
+     * to this many bytes of output (from 64 MiB the CE row takes over; docs/tuning.md,
+     * "Zero-copy limits"); 0: never */
     {"zc_ag_max", "CCHAN_COLL_ZC_AG_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
     /* HB ReduceScatter on a registered send: zero-copy (one kernel reading every rank's send)
-     * up to this many bytes of input (2xH200 against the staged kernel: 1 MiB 9.14 against 10.29
-     * us, 64 MiB 111.2 against 126.2; beyond, unmeasured: NVLink reads fell behind stores for
-     * AllReduce); 0: never */
+     * up to this many bytes of input (beyond, unmeasured; docs/tuning.md, "Zero-copy limits");
+     * 0: never */
     {"zc_rs_max", "CCHAN_COLL_ZC_RS_MAX", 64 * (int64_t)COLL_MiB, 0, INT64_MAX},
 };
 

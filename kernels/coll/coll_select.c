@@ -7,28 +7,18 @@
 /* The selector's table: the first row whose op matches, whose rank count is at most max_ranks,
  * whose message (bytes of the full buffer: AllReduce's, AllGather's output, ReduceScatter's input)
  * lies in [min_bytes, max_bytes] and whose algorithm supports the call wins; HB all-pairs supports
- * everything and is the fallback. Why these rows (2xH200, BASELINES.md):
+ * everything and is the fallback. Why these rows (figures: docs/tuning.md, "Selector rows"):
  *   - LL moves every byte with a flag (twice the bytes, each peer gets the whole message) but
  *     finishes in one one-way latency with no barrier; HB pays rank barriers (a system-scope
- *     release that drains the block's NVLink stores, then a round trip: ~4 us each measured) and
- *     is bandwidth-bound beyond. Measured on 2xH200 (CUDA graph, float): AllReduce LL 6.3 us at
- *     256 KiB and 18.9 at 1 MiB against HB 14.3 / 15.2 (zero-copy 13.9 / 14.5); AllGather LL 4.6
- *     at 256 KiB, 11.1 at 1 MiB against HB 10.1 / 10.4; ReduceScatter LL 4.8 / 10.8 against HB
- *     11.5 / 12.7. With more ranks LL traffic grows with nranks - 1, so its window shrinks (those
- *     rows are scaled, not measured).
+ *     release that drains the block's NVLink stores, then a round trip) and is bandwidth-bound
+ *     beyond. With more ranks LL traffic grows with nranks - 1, so its window shrinks (those rows
+ *     are scaled from the 2-rank ones, not measured).
  *   - CE all-pairs AllGather from 64 MiB on 2 ranks (registered recv; a call with
- *     CCHAN_COLL_AUTO on unregistered buffers falls back to HB): cchan-coll-bench on 2xH200 with
- *     NCCL in the same run, in place: 64 MiB 104.5 us against HB 115.9 (NCCL 110.5); 256 MiB
- *     367 against 381; 1 GiB 1420 (378 GB/s) against 1489 (360); at 16 MiB HB was ahead (35.5
- *     against 36.1 us) and at 4 MiB far ahead. Unmeasured with more ranks: no row.
+ *     CCHAN_COLL_AUTO on unregistered buffers falls back to HB), where it beat HB; below, HB was
+ *     ahead. Unmeasured with more ranks: no row.
  *   - CE all-pairs AllReduce from 256 MiB on 2 ranks, registered send and recv with 2 MiB pages
- *     and ce_rs (coll_pick falls back to HB otherwise): the copy engines push the reduce-scatter's
- *     shards on one lane through 80 MiB staging slots and the reduced chunks back, 64 MiB chunks:
- *     1 GiB 2813-2821 us (381 GB/s) against HB's 2956 (363); 512 MiB 1423 against 1484; 256 MiB
- *     722 against 748; 128 MiB 378 (two 32 MiB chunks) against 384, too close for a row. Each
- *     chunk costs ~7 us the copies do not hide (2766 + 7 us per chunk at 1 GiB, 4-80 MiB chunks),
- *     hence chunks as large as the slots allow. With the SMs pushing the shards (ce_rs=0): 334
- *     GB/s at 1 GiB.
+ *     and ce_rs (colli_pick falls back to HB otherwise): the copy engines push the shards and the
+ *     reduced chunks; at 128 MiB it was too close to HB for a row.
  * Rows naming CE_ALLPAIRS apply only once the communicator has registered buffers.
  * Retune from cchan-coll-bench (--sweep, docs/collectives.md). */
 typedef struct coll_select_row {
@@ -51,8 +41,8 @@ static const coll_select_row_t coll_select_table[] = {
 };
 
 /* HB all-pairs AllReduce on registered buffers reads the peers' inputs (zero-copy) up to this size;
- * beyond, NVLink reads from 128 blocks fell behind the scratch path's stores on 2xH200 (1 GiB: 336
- * against 360 GB/s; 1 MiB: 14.5 against 15.2 us). */
+ * beyond, NVLink reads from 128 blocks fell behind the scratch path's stores (docs/tuning.md,
+ * "Zero-copy limits"). */
 #define COLL_ZC_MAX_BYTES (16 * COLL_MiB)
 
 /* Automatic ReduceScatter on a registered send: zero-copy HB rather than LL above this size. */
@@ -136,8 +126,8 @@ static cchan_coll_algo_t coll_auto(const cchan_coll_t *c, cchan_coll_op_t op, si
                                    const void *send, const void *recv) {
     cchan_coll_algo_t algo = cchan_coll_select(c, op, bytes);
     /* The table knows sizes, not buffers: a ReduceScatter in the LL row's upper half on a
-     * registered send runs the zero-copy HB kernel instead (2xH200, 1 MiB: 9.14 against LL's
-     * 10.00 us; 512 KiB: LL 5.68 against 8.73, so the LL row stays for unregistered buffers). */
+     * registered send runs the zero-copy HB kernel instead, which beats LL there but not below
+     * (docs/tuning.md, "Zero-copy limits"); unregistered buffers keep the LL row. */
     if (op == CCHAN_COLL_REDUCESCATTER && algo == CCHAN_COLL_LL_ALLPAIRS &&
         bytes > COLL_RS_ZC_OVER_LL_BYTES && colli_zc(c, op, bytes, send, recv, NULL))
         return CCHAN_COLL_HB_ALLPAIRS;

@@ -50,8 +50,8 @@ int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void 
 
 /* Blocks per row for the LL protocol. 1 (the default): one block per row. 0: spread a row over up
  * to 16 blocks when there are few tokens (min(16, 128 / tokens)); the blocks then add their partial
- * sums of squares through device memory. On 2xH200 spreading measured 1-3 us slower at 1-32
- * tokens (cchan-coll-bench -o fused, column ll:spread), so it is off by default. 2..16: fixed.
+ * sums of squares through device memory. Spreading measured slower at 1-32 tokens
+ * (docs/tuning.md, "Fused RMSNorm"), so it is off by default. 2..16: fixed.
  * Every rank must set the same value. */
 int cchan_fused_rmsnorm_set_split(cchan_fused_rmsnorm_t *f, uint32_t split);
 

@@ -9,8 +9,8 @@
 #include "cchan/last_error.h"
 #include "fused_rmsnorm_internal.h"
 
-/* Up to this many bytes of x per rank the LL protocol wins: it saves the signal round trip
- * (about 1.5 us on NVLink) at the price of twice the bytes on the wire. */
+/* Up to this many bytes of x per rank the LL protocol wins: it saves the signal round trip at the
+ * price of twice the bytes on the wire (docs/tuning.md, "Fused RMSNorm"). */
 #define CCHAN_FUSED_LL_MAX_BYTES (256u << 10)
 
 struct cchan_fused_rmsnorm {
@@ -114,7 +114,7 @@ int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t
     }
     f->max_tokens = max_tokens;
     f->hidden = hidden;
-    f->split = 1; /* measured faster than spreading rows on 2xH200 (docs/fused_rmsnorm.md) */
+    f->split = 1; /* faster than spreading rows where measured (docs/tuning.md, "Fused RMSNorm") */
     f->nchan = platform == CCHAN_PLATFORM_CUDA ? CCHAN_FUSED_GPU_BLOCKS : CCHAN_FUSED_HOST_BLOCKS;
     uint64_t slots = 2ull * (uint64_t)f->nranks * max_tokens;
     f->ll_offset = slots * cchan_fused_hb_row_bytes(hidden);
