@@ -33,11 +33,11 @@ static int coll_ce_join_all(cchan_coll_t *c, unsigned forked, void *stream) {
 }
 
 /* AllGather of at least this many bytes on buffers with 2 MiB pages: the copy engines alone, which
- * beat the 40% SM mix only that large (docs/tuning.md, "CE AllGather SM share"). */
+ * beat the 40% SM mix only that large (docs/tuning.md, "CE SM share"). */
 #define COLL_CE_ALONE_MIN_BYTES (512 * COLL_MiB)
 
 /* ce_rs AllReduce splits a shard that fits one chunk into two from this many bytes per half: below,
- * the fixed cost of a chunk outweighs the overlap (docs/tuning.md, "CE AllReduce chunks"). */
+ * the fixed cost of a chunk outweighs the overlap (docs/tuning.md, "CE AllReduce"). */
 #define COLL_CE_SPLIT_MIN_BYTES (16 * COLL_MiB)
 
 /* The share of the bytes ce_allpairs moves with SM stores, in thousandths (ce_sm_permille; -1:
@@ -46,8 +46,8 @@ static int coll_ce_join_all(cchan_coll_t *c, unsigned forked, void *stream) {
 static int64_t coll_ce_permille(const cchan_coll_t *c, const coll_args_t *a, cchan_coll_op_t op) {
     int64_t p = c->param[COLL_P_CE_SM_PERMILLE];
     if (p >= 0) return p;
-    /* AllReduce with ce_rs and 2 MiB pages: the SMs only reduce (docs/tuning.md, "CE AllReduce
-     * SM share") */
+    /* AllReduce with ce_rs and 2 MiB pages: the SMs only reduce (docs/tuning.md, "CE SM
+     * share") */
     if (op == CCHAN_COLL_ALLREDUCE) return a->ce_pushed && a->ce_big_pages ? 0 : 400;
     const uint64_t bytes = a->count * a->esize * (uint64_t)c->nranks;
     return a->ce_big_pages && bytes >= COLL_CE_ALONE_MIN_BYTES ? 0 : 400;
@@ -74,7 +74,7 @@ static void coll_ce_chunk(const coll_ce_rs_plan_t *pl, size_t k, size_t *off, si
 
 /* The copy-engine lane of the shard pushes: one, so the pushes run back to back in chunk order and
  * the first kernel waits for one chunk's copy, not for several sharing the engines (docs/tuning.md,
- * "CE AllReduce shard lanes"); the output copies take the lanes after it. */
+ * "CE AllReduce"); the output copies take the lanes after it. */
 #define COLL_CE_SHARD_LANE 0
 
 /* Chunk k ([off, off + part) of every shard) of every peer's shard, from send into that peer's
