@@ -42,17 +42,33 @@ static coll_args_t coll_args(const cchan_coll_t *c, const void *send, void *recv
     return a;
 }
 
+/* What every collective does first: checks the arguments, sizes the call (bytes: the full buffer;
+ * 0 bytes: nothing to do, *a untouched), fills *a and picks the algorithm. 0 or a status. */
+static int coll_prepare(cchan_coll_t *c, cchan_coll_op_t op, const void *send, void *recv,
+                        size_t count, cchan_coll_dtype_t dtype, cchan_coll_algo_t *algo,
+                        coll_args_t *a, size_t *bytes, const char *where) {
+    int st = coll_check(c, send, recv, dtype, *algo, where);
+    *bytes = 0;
+    const size_t mul = op == CCHAN_COLL_ALLREDUCE ? 1 : (size_t)(c ? c->nranks : 1);
+    if (st == 0) st = coll_bytes(count, cchan_coll_dtype_size(dtype), mul, bytes, where);
+    if (st || count == 0) return st;
+    const size_t per = *bytes / (size_t)c->nranks;
+    const uint8_t *s8 = (const uint8_t *)send, *r8 = (const uint8_t *)recv;
+    *a = coll_args(c, send, recv, count, dtype, *bytes);
+    a->in_place = op == CCHAN_COLL_ALLREDUCE   ? s8 == r8
+                  : op == CCHAN_COLL_ALLGATHER ? s8 == r8 + (size_t)c->rank * per
+                                               : r8 == s8 + (size_t)c->rank * per;
+    return colli_pick(c, op, algo, *bytes, send, recv, a, where);
+}
+
 int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t count,
                          cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream) {
     static const char *where = "cchan_coll_allreduce";
-    int st = coll_check(c, send, recv, dtype, algo, where);
-    size_t bytes = 0;
-    if (st == 0) st = coll_bytes(count, cchan_coll_dtype_size(dtype), 1, &bytes, where);
-    if (st || count == 0) return st;
-    coll_args_t a = coll_args(c, send, recv, count, dtype, bytes);
-    a.in_place = send == recv;
-    st = colli_pick(c, CCHAN_COLL_ALLREDUCE, &algo, bytes, send, recv, &a, where);
-    if (st) return st;
+    coll_args_t a;
+    size_t bytes;
+    int st =
+        coll_prepare(c, CCHAN_COLL_ALLREDUCE, send, recv, count, dtype, &algo, &a, &bytes, where);
+    if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
     switch (algo) {
     case CCHAN_COLL_LL_ALLPAIRS:
@@ -73,16 +89,12 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
 int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t sendcount,
                          cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream) {
     static const char *where = "cchan_coll_allgather";
-    int st = coll_check(c, send, recv, dtype, algo, where);
-    size_t bytes = 0;
-    if (st == 0)
-        st = coll_bytes(sendcount, cchan_coll_dtype_size(dtype), (size_t)c->nranks, &bytes, where);
-    if (st || sendcount == 0) return st;
+    coll_args_t a;
+    size_t bytes;
+    int st = coll_prepare(c, CCHAN_COLL_ALLGATHER, send, recv, sendcount, dtype, &algo, &a, &bytes,
+                          where);
+    if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
-    coll_args_t a = coll_args(c, send, recv, sendcount, dtype, bytes);
-    a.in_place = (const uint8_t *)send == (const uint8_t *)recv + (size_t)c->rank * per;
-    st = colli_pick(c, CCHAN_COLL_ALLGATHER, &algo, bytes, send, recv, &a, where);
-    if (st) return st;
     switch (algo) {
     case CCHAN_COLL_LL_ALLPAIRS:
         return colli_run(c, COLL_K_LL_ALLGATHER, (int)dtype, &a, c->ll_blocks, stream, where);
@@ -101,21 +113,14 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
 int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size_t recvcount,
                              cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream) {
     static const char *where = "cchan_coll_reducescatter";
-    int st = coll_check(c, send, recv, dtype, algo, where);
-    size_t bytes = 0;
-    if (st == 0)
-        st = coll_bytes(recvcount, cchan_coll_dtype_size(dtype), (size_t)c->nranks, &bytes, where);
-    if (st || recvcount == 0) return st;
+    coll_args_t a;
+    size_t bytes;
+    int st = coll_prepare(c, CCHAN_COLL_REDUCESCATTER, send, recv, recvcount, dtype, &algo, &a,
+                          &bytes, where);
+    if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
-    coll_args_t a = coll_args(c, send, recv, recvcount, dtype, bytes);
-    a.in_place = (uint8_t *)recv == (const uint8_t *)send + (size_t)c->rank * per;
-    st = colli_pick(c, CCHAN_COLL_REDUCESCATTER, &algo, bytes, send, recv, &a, where);
-    if (st) return st;
-    switch (algo) {
-    case CCHAN_COLL_LL_ALLPAIRS:
+    if (algo == CCHAN_COLL_LL_ALLPAIRS)
         return colli_run(c, COLL_K_LL_REDUCESCATTER, (int)dtype, &a, c->ll_blocks, stream, where);
-    default: break;
-    }
     /* zero-copy: read this rank's block from every rank's send */
     if (colli_zc(c, CCHAN_COLL_REDUCESCATTER, bytes, send, send, &a))
         return colli_run(c, COLL_K_ZC_REDUCESCATTER, (int)dtype, &a, colli_zc_grid(c, per), stream,
