@@ -273,6 +273,21 @@ double cb_from_rank(const cb_ctx_t *ctx, int root, double mine) {
 
 /* ---------------------------------------------------------------- buffers and channels */
 
+void cb_row_init(cb_row_t *row, const char *test, const char *op, const char *base_op,
+                 const char *units, uint64_t bytes, int blocks, int threads) {
+    memset(row, 0, sizeof *row);
+    snprintf(row->test, sizeof row->test, "%s", test);
+    snprintf(row->op, sizeof row->op, "%s", op);
+    snprintf(row->base_op, sizeof row->base_op, "%s", base_op);
+    snprintf(row->units, sizeof row->units, "%s", units);
+    row->src = 0;
+    row->dst = 1;
+    row->bytes = bytes;
+    row->blocks = blocks;
+    row->threads = threads;
+    row->errors = -1;
+}
+
 uint64_t cb_data_bytes(const cb_opts_t *o, uint64_t min, uint64_t max_default,
                        uint64_t matrix_default) {
     const uint64_t mib2 = 2ull << 20, top = o->max_bytes ? o->max_bytes : max_default;

@@ -101,6 +101,10 @@ void cb_lat_header(const cb_ctx_t *ctx, const char *title, const char *op, const
 /* Records the row (rank 0), prints it in the header's format, counts a failed check. */
 void cb_bw_row(cb_ctx_t *ctx, const cb_row_t *row);
 void cb_lat_row(cb_ctx_t *ctx, const cb_row_t *row);
+/* A row between ranks 0 (src) and 1 (dst), nothing measured or checked yet (errors -1). blocks: the
+ * GPU grid, 0 on the host backend. */
+void cb_row_init(cb_row_t *row, const char *test, const char *op, const char *base_op,
+                 const char *units, uint64_t bytes, int blocks, int threads);
 /* Records a row without printing it (matrix cells). */
 void cb_row_record(cb_ctx_t *ctx, const cb_row_t *row);
 double cb_ratio(const cb_row_t *row);

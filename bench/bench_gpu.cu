@@ -169,21 +169,6 @@ int64_t check_pingpong(gpu_t *g, uint64_t bytes, const char *what, bool receiver
     return cb_errors_combine(g->ctx, mine);
 }
 
-void row_init(cb_row_t *row, const char *test, const char *op, const char *base_op,
-              const char *units, uint64_t bytes, int blocks, int threads) {
-    memset(row, 0, sizeof *row);
-    snprintf(row->test, sizeof row->test, "%s", test);
-    snprintf(row->op, sizeof row->op, "%s", op);
-    snprintf(row->base_op, sizeof row->base_op, "%s", base_op);
-    snprintf(row->units, sizeof row->units, "%s", units);
-    row->src = 0;
-    row->dst = 1;
-    row->bytes = bytes;
-    row->blocks = blocks;
-    row->threads = threads;
-    row->errors = -1;
-}
-
 void default_grids(const cb_opts_t *o, int *grids, int *n) {
     static const int def[] = {16, 32, 66, 132};
     if (o->ngrids) {

@@ -165,8 +165,6 @@ void pingpong_stats(gpu_t *g, int blocks, int rec, int iters, double scale, cb_s
 void fill_pingpong(gpu_t *g, uint64_t bytes);
 /* Both pair ranks check what they received (a stream only delivers to rank 1). */
 int64_t check_pingpong(gpu_t *g, uint64_t bytes, const char *what, bool receiver_only = false);
-void row_init(cb_row_t *row, const char *test, const char *op, const char *base_op,
-              const char *units, uint64_t bytes, int blocks, int threads);
 void default_grids(const cb_opts_t *o, int *grids, int *n);
 /* The port channels and their proxy, made at the first test that needs them (collective). */
 void port_setup(gpu_t *g);

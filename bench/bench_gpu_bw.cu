@@ -256,7 +256,7 @@ void run_port_bw(gpu_t *g) {
         cb_bw_header(ctx, title, ops[k], k == 2 ? "ce+sync" : "ce", "GB/s");
         for (int si = 0; si < ns; si++) {
             cb_row_t row;
-            row_init(&row, "port-bw", ops[k], "", "GB/s", sizes[si], 1, 1);
+            cb_row_init(&row, "port-bw", ops[k], "", "GB/s", sizes[si], 1, 1);
             snprintf(row.base_op, sizeof row.base_op, "%s%s", ce_name(g), k == 2 ? "+sync" : "");
             int64_t e1, e2;
             uint64_t chunk = k == 1 ? sizes[si] : port_chunk(o, sizes[si]);
@@ -321,8 +321,9 @@ void run_matrix(gpu_t *g) {
             }
             for (int k = 0; k < 4; k += 2) {
                 cb_row_t row;
-                row_init(&row, "matrix", k ? "port-put" : "memory-put", k ? ce_name(g) : "sm-copy",
-                         "GB/s", bytes, k ? 1 : grid, k ? 1 : threads);
+                cb_row_init(&row, "matrix", k ? "port-put" : "memory-put",
+                            k ? ce_name(g) : "sm-copy", "GB/s", bytes, k ? 1 : grid,
+                            k ? 1 : threads);
                 row.src = a;
                 row.dst = b;
                 row.value.median = row.value.min = row.value.max = row.value.mean =

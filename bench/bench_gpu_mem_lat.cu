@@ -409,7 +409,7 @@ static void lat_signal(gpu_t *g, lat_ctx_t *L) {
     cb_ctx_t *ctx = g->ctx;
     const int iters = L->iters, warm = L->warm;
     cb_row_t &row = L->sig;
-    row_init(&row, "mem-lat", "signal-wait", "raw-flag", "ns", 0, 1, 1);
+    cb_row_init(&row, "mem-lat", "signal-wait", "raw-flag", "ns", 0, 1, 1);
     uint64_t base = flag_epochs(g, L);
     uint64_t *my_flag = (uint64_t *)(g->d_pkt + CB_FLAG_OFF),
              *peer_flag = peer_pkt_word(g, CB_FLAG_OFF);
@@ -431,7 +431,7 @@ static void lat_signal(gpu_t *g, lat_ctx_t *L) {
     /* The same kernel on the store path (what PCIe peers without peer atomics use): the handle's
      * outbound counter set, continuing from the count already in the peer's counter. */
     cb_row_t st_row;
-    row_init(&st_row, "mem-lat", "signal-wait-store-path", "raw-flag", "ns", 0, 1, 1);
+    cb_row_init(&st_row, "mem-lat", "signal-wait-store-path", "raw-flag", "ns", 0, 1, 1);
     st_row.base = row.base;
     uint64_t *d_out = NULL;
     cchan_memory_channel_t sch = ch;
@@ -451,7 +451,7 @@ static void lat_signal(gpu_t *g, lat_ctx_t *L) {
                    "peers without native atomics):\n");
     cb_lat_row(ctx, &st_row);
     cb_row_t reg_row;
-    row_init(&reg_row, "mem-lat", "signal-wait-value", "raw-flag", "ns", 0, 1, 1);
+    cb_row_init(&reg_row, "mem-lat", "signal-wait-value", "raw-flag", "ns", 0, 1, 1);
     reg_row.base = row.base;
     pingpong(
         g, 1, iters, 0.5, "signal ping-pong, expected count in a register",
@@ -470,7 +470,7 @@ static void lat_flag_modes(gpu_t *g, lat_ctx_t *L) {
     cb_ctx_t *ctx = g->ctx;
     const int iters = L->iters, warm = L->warm;
     cb_row_t rel;
-    row_init(&rel, "mem-lat", "relaxed-flag", "raw-flag", "ns", 0, 1, 1);
+    cb_row_init(&rel, "mem-lat", "relaxed-flag", "raw-flag", "ns", 0, 1, 1);
     rel.base = L->sig.base;
     uint64_t base = flag_epochs(g, L);
     uint64_t *my_flag = (uint64_t *)(g->d_pkt + CB_RELAXED_FLAG_OFF);
@@ -494,7 +494,7 @@ static void lat_flag_modes(gpu_t *g, lat_ctx_t *L) {
                                             "flag-release-poll-then-fence", "flag-fences-split"};
     for (int mode = 1; mode <= 4; mode++) {
         cb_row_t mr;
-        row_init(&mr, "mem-lat", mode_name[mode], "raw-flag", "ns", 0, 1, 1);
+        cb_row_init(&mr, "mem-lat", mode_name[mode], "raw-flag", "ns", 0, 1, 1);
         mr.base = L->sig.base;
         uint64_t mbase = flag_epochs(g, L);
         uint64_t *mf = (uint64_t *)(g->d_pkt + CB_FLAG_OFF), *pf = peer_pkt_word(g, CB_FLAG_OFF);
@@ -532,7 +532,7 @@ static void lat_remote_add(gpu_t *g, lat_ctx_t *L) {
     cb_ctx_t *ctx = g->ctx;
     const int iters = L->iters, warm = L->warm;
     cb_row_t red;
-    row_init(&red, "mem-lat", "raw-red-add-flag", "raw-flag", "ns", 0, 1, 1);
+    cb_row_init(&red, "mem-lat", "raw-red-add-flag", "raw-flag", "ns", 0, 1, 1);
     red.base = L->sig.base;
     uint64_t *my_flag = (uint64_t *)(g->d_pkt + CB_RED_FLAG_OFF);
     uint64_t *peer_flag = peer_pkt_word(g, CB_RED_FLAG_OFF);
@@ -555,7 +555,7 @@ static void lat_remote_add(gpu_t *g, lat_ctx_t *L) {
     if (!in_pair(g)) return;
     const cchan_memory_channel_t ch = L->ch;
     cb_row_t at;
-    row_init(&at, "mem-lat", "raw-red-add-at-semaphore", "raw-flag", "ns", 0, 1, 1);
+    cb_row_init(&at, "mem-lat", "raw-red-add-at-semaphore", "raw-flag", "ns", 0, 1, 1);
     at.base = L->sig.base;
     uint64_t sem_base = 0, expected = 0;
     CK(cudaMemcpy(&sem_base, ch.sem.inbound, sizeof sem_base, cudaMemcpyDefault));
@@ -576,7 +576,8 @@ static void lat_remote_add(gpu_t *g, lat_ctx_t *L) {
     /* cchan's signal->wait against that: the same words, so what is left is cchan's code (a
      * word's address alone moves a hop: cchan-flag-probe, docs/tuning.md). */
     cb_row_t same;
-    row_init(&same, "mem-lat", "signal-wait-same-words", "raw-red-add-at-semaphore", "ns", 0, 1, 1);
+    cb_row_init(&same, "mem-lat", "signal-wait-same-words", "raw-red-add-at-semaphore", "ns", 0, 1,
+                1);
     same.value = L->sig.value;
     same.base = at.value;
     cb_printf(ctx, "#   cchan signal->wait (above) vs that raw ping-pong on the same words:\n");
@@ -589,8 +590,8 @@ static void lat_ll_word(gpu_t *g, lat_ctx_t *L) {
     const int iters = L->iters, warm = L->warm;
     for (int p16 = 0; p16 < 2; p16++) {
         cb_row_t word;
-        row_init(&word, "mem-lat", p16 ? "ll16-one-packet" : "ll8-one-packet", "relaxed-flag", "ns",
-                 p16 ? 16 : 8, 1, 1);
+        cb_row_init(&word, "mem-lat", p16 ? "ll16-one-packet" : "ll8-one-packet", "relaxed-flag",
+                    "ns", p16 ? 16 : 8, 1, 1);
         word.base = L->relaxed;
         const uint32_t flag0 = g->ll_flag;
         g->ll_flag += (uint32_t)(warm + iters);
@@ -641,8 +642,8 @@ static void lat_ll(gpu_t *g, const lat_ctx_t *L) {
         for (int si = 0; si < ns; si++) {
             cb_row_t row;
             int th = ll_threads(sizes[si], p ? 8 : 4, L->tcap);
-            row_init(&row, "mem-lat", p ? "ll16" : "ll8", p ? "raw-ll16" : "raw-ll8", "ns",
-                     sizes[si], 1, th);
+            cb_row_init(&row, "mem-lat", p ? "ll16" : "ll8", p ? "raw-ll16" : "raw-ll8", "ns",
+                        sizes[si], 1, th);
             int64_t e1, e2;
             if (p) {
                 e2 = ll_run<16, true>(g, sizes[si], 1, th, iters, warm, 0.5, &row.base);
@@ -707,8 +708,8 @@ static void lat_ll_bw(gpu_t *g, const lat_ctx_t *L) {
                      "GB/s");
         for (int si = 0; si < ns; si++) {
             cb_row_t row;
-            row_init(&row, "mem-lat", p ? "ll16-bw" : "ll8-bw", p ? "raw-ll16-bw" : "raw-ll8-bw",
-                     "GB/s", sizes[si], blocks, tcap);
+            cb_row_init(&row, "mem-lat", p ? "ll16-bw" : "ll8-bw", p ? "raw-ll16-bw" : "raw-ll8-bw",
+                        "GB/s", sizes[si], blocks, tcap);
             int64_t e1 = -1, e2 = -1;
             for (int r = 0; r < bw_reps; r++)
                 ll_bw_once(g, p, sizes[si], blocks, tcap, bw_iters, bw_warm, &vv[r], &vb[r], &e1,

@@ -237,8 +237,8 @@ static void lat_port_pingpong(gpu_t *g, int iters, int warm) {
         if (in_pair(g)) pthread_join(th, NULL);
     }
     cb_row_t sig, put;
-    row_init(&sig, "port-lat", "signal-wait", "cpu-relay", "ns", 0, 1, 1);
-    row_init(&put, "port-lat", "put-signal-wait", "cpu-relay", "ns", 8, 1, 1);
+    cb_row_init(&sig, "port-lat", "signal-wait", "cpu-relay", "ns", 0, 1, 1);
+    cb_row_init(&put, "port-lat", "put-signal-wait", "cpu-relay", "ns", 8, 1, 1);
     sig.base = put.base = relay;
     const cchan_port_channel_t pch = g->peer >= 0 ? g->ch.pch[g->peer] : g->ch.rate_ch;
     pingpong(
@@ -304,8 +304,8 @@ static void lat_port_flush(gpu_t *g, int iters, int warm) {
         if (g->rank == 0) pthread_join(th, NULL);
         for (int k = 0; k < 2; k++) {
             cb_row_t row;
-            row_init(&row, "port-lat", k ? "put8-flush" : "flush", "cpu-echo", "ns", k ? 8 : 0, 1,
-                     1);
+            cb_row_init(&row, "port-lat", k ? "put8-flush" : "flush", "cpu-echo", "ns", k ? 8 : 0,
+                        1, 1);
             row.base = echo;
             fill_pingpong(g, 8);
             const cchan_port_channel_t fch = g->rank == 0 ? g->ch.pch[1] : g->ch.rate_ch;
@@ -347,8 +347,8 @@ static void lat_port_fifo(gpu_t *g) {
     raw_ring_rate(g, nsig, reps, &ring);
     for (int k = 0; k < 2; k++) {
         cb_row_t row;
-        row_init(&row, "port-lat", k ? "fifo-put8" : "fifo-signal", "raw-ring", "Mreq/s", k ? 8 : 0,
-                 1, 1);
+        cb_row_init(&row, "port-lat", k ? "fifo-put8" : "fifo-signal", "raw-ring", "Mreq/s",
+                    k ? 8 : 0, 1, 1);
         fifo_rate(g, k, k ? nput : nsig, reps, &row.value, &row.errors);
         row.base = ring;
         cb_printf(ctx, "#   %s x %llu:\n", k ? "8-byte puts" : "signals",

@@ -146,20 +146,6 @@ static void spin(uint32_t *it) {
 
 static int64_t combine2(int64_t e1, int64_t e2) { return e1 < 0 ? e2 : (e2 < 0 ? e1 : e1 + e2); }
 
-static void hrow(cb_row_t *row, const char *test, const char *op, const char *base_op,
-                 const char *units, uint64_t bytes, int threads) {
-    memset(row, 0, sizeof *row);
-    snprintf(row->test, sizeof row->test, "%s", test);
-    snprintf(row->op, sizeof row->op, "%s", op);
-    snprintf(row->base_op, sizeof row->base_op, "%s", base_op);
-    snprintf(row->units, sizeof row->units, "%s", units);
-    row->src = 0;
-    row->dst = 1;
-    row->bytes = bytes;
-    row->threads = threads;
-    row->errors = -1;
-}
-
 /* ---------------------------------------------------------------- bandwidth */
 
 enum hbw_kind { H_MC_PUT, H_COPY_WRITE, H_MC_GET, H_COPY_READ, H_PORT_PUT, H_MEMCPY };
@@ -268,7 +254,8 @@ static void host_mem_bw(host_t *h) {
         for (int gi = 0; gi < ng; gi++) {
             for (int si = 0; si < ns; si++) {
                 cb_row_t row;
-                hrow(&row, "mem-bw", k ? "get" : "put", "memcpy", "GB/s", sizes[si], grids[gi]);
+                cb_row_init(&row, "mem-bw", k ? "get" : "put", "memcpy", "GB/s", sizes[si], 0,
+                            grids[gi]);
                 int64_t e1, e2;
                 hbw_measure(h, k ? H_MC_GET : H_MC_PUT, 0, 1, sizes[si], grids[gi], 0, iters, warm,
                             reps, &row.value, &e1);
@@ -429,7 +416,7 @@ static void host_mem_lat(host_t *h) {
              iters, warm, ctx->timer);
     cb_lat_header(ctx, title, "cchan signal->wait", "raw flag");
     cb_row_t row;
-    hrow(&row, "mem-lat", "signal-wait", "raw-flag", "ns", 0, 1);
+    cb_row_init(&row, "mem-lat", "signal-wait", "raw-flag", "ns", 0, 0, 1);
     flag_arg_t fa = {NULL, NULL, h->flag_epoch};
     if (h->rank < 2) {
         fa.mine = (uint64_t *)(void *)(h->p_pkt + H_FLAG_OFF);
@@ -451,8 +438,8 @@ static void host_mem_lat(host_t *h) {
                  p ? "ll16" : "ll8", p ? "16" : "8");
         cb_lat_header(ctx, title, p ? "cchan LL16" : "cchan LL8", p ? "raw LL16" : "raw LL8");
         for (int si = 0; si < ns; si++) {
-            hrow(&row, "mem-lat", p ? "ll16" : "ll8", p ? "raw-ll16" : "raw-ll8", "ns", sizes[si],
-                 1);
+            cb_row_init(&row, "mem-lat", p ? "ll16" : "ll8", p ? "raw-ll16" : "raw-ll8", "ns",
+                        sizes[si], 0, 1);
             int64_t e[2];
             for (int raw = 1; raw >= 0; raw--) {
                 hfill_pingpong(h, sizes[si]);
@@ -491,7 +478,7 @@ static void host_port_bw(host_t *h) {
     cb_bw_header(ctx, title, "put", "memcpy", "GB/s");
     for (int si = 0; si < ns; si++) {
         cb_row_t row;
-        hrow(&row, "port-bw", "put", "memcpy", "GB/s", sizes[si], 1);
+        cb_row_init(&row, "port-bw", "put", "memcpy", "GB/s", sizes[si], 0, 1);
         int64_t e1, e2;
         uint64_t c = chunk ? chunk : sizes[si];
         hbw_measure(h, H_PORT_PUT, 0, 1, sizes[si], 1, c, iters, warm, reps, &row.value, &e1);
@@ -583,8 +570,8 @@ static void host_port_lat(host_t *h) {
     hpingpong(h, iters, warm, pp_flag, &fa, &flag);
     for (int k = 0; k < 2; k++) {
         cb_row_t row;
-        hrow(&row, "port-lat", k ? "put-signal-wait" : "signal-wait", "raw-flag", "ns", k ? 8 : 0,
-             1);
+        cb_row_init(&row, "port-lat", k ? "put-signal-wait" : "signal-wait", "raw-flag", "ns",
+                    k ? 8 : 0, 0, 1);
         port_pp_arg_t pa = {k ? 8u : 0u};
         if (k) hfill_pingpong(h, 8);
         hpingpong(h, iters, warm, pp_port, &pa, &row.value);
@@ -603,7 +590,7 @@ static void host_port_lat(host_t *h) {
              (unsigned long long)count, reps);
     cb_bw_header(ctx, title, "cchan FIFO", "raw ring", "Mreq/s");
     cb_row_t row;
-    hrow(&row, "port-lat", "fifo-signal", "raw-ring", "Mreq/s", 0, 1);
+    cb_row_init(&row, "port-lat", "fifo-signal", "raw-ring", "Mreq/s", 0, 0, 1);
     cb_barrier(ctx);
     if (h->rank == 0) {
         double v[64], b[64];
@@ -655,8 +642,8 @@ static void host_matrix(host_t *h) {
             }
             for (int k = 0; k < 4; k += 2) {
                 cb_row_t row;
-                hrow(&row, "matrix", k ? "port-put" : "memory-put", "memcpy", "GB/s", bytes,
-                     k ? 1 : threads);
+                cb_row_init(&row, "matrix", k ? "port-put" : "memory-put", "memcpy", "GB/s", bytes,
+                            0, k ? 1 : threads);
                 row.src = a;
                 row.dst = b;
                 row.value.median = row.value.min = row.value.max = row.value.mean =

@@ -154,10 +154,7 @@ static int parse_args(int argc, char **argv, cb_ctx_t *ctx, int *force_host) {
         fprintf(stderr, "cchan-bench: -b is larger than -e\n");
         return 2;
     }
-    size_t len = 0;
-    for (int i = 0; i < argc && len + 2 < sizeof ctx->command; i++)
-        len += (size_t)snprintf(ctx->command + len, sizeof ctx->command - len, "%s%s", i ? " " : "",
-                                i ? argv[i] : "cchan-bench");
+    cb_join_args(ctx->command, sizeof ctx->command, argc, argv, "cchan-bench");
     return -1;
 }
 

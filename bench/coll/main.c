@@ -361,10 +361,7 @@ static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
         o->dtypes[0] = CCHAN_COLL_F32;
         o->ndtypes = 1;
     }
-    size_t len = 0;
-    for (int i = 0; i < argc && len + 2 < sizeof ctx->command; i++)
-        len += (size_t)snprintf(ctx->command + len, sizeof ctx->command - len, "%s%s", i ? " " : "",
-                                i ? argv[i] : "cchan-coll-bench");
+    cb_join_args(ctx->command, sizeof ctx->command, argc, argv, "cchan-coll-bench");
     return -1;
 }
 
