@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "cchan/cchan.h"
+#include "example_check.h"
 
 #define COUNT 4096 /* floats per rank: 16 KiB, where LL beats a two-phase algorithm */
 #define MAX_RANKS 8
@@ -74,23 +75,6 @@ __global__ void allreduce(const __grid_constant__ struct peers P, struct layout 
         out[i] = s;
     }
 }
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "%s: %s: %s\n", #call, cchan_strerror(s_), cchan_last_error());        \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-#define CUDA_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                            \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 int main(void) {
     cchan_bootstrap_t *bs;

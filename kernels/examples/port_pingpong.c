@@ -20,18 +20,10 @@
 #include <time.h>
 
 #include "cchan/cchan.h"
+#include "example_check.h"
 
 #define BYTES 4096
 #define ROUNDS 1000
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "%s: %s: %s\n", #call, cchan_strerror(s_), cchan_last_error());        \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static double now_us(void) {
     struct timespec t;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cchan/cchan.h"
+#include "example_check.h"
 
 #define TOKENS 64
 #define HIDDEN 128 /* floats per token */
@@ -33,15 +34,6 @@ typedef struct row {
  * what it receives). */
 static int expert_of(int r, int t, int experts) { return (r * 7 + t * 13 + t / 5) % experts; }
 static float value_of(int r, int t, int i) { return (float)(r * 1000 + t) + (float)i / 256.0f; }
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "%s: %s: %s\n", #call, cchan_strerror(s_), cchan_last_error());        \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 int main(void) {
     cchan_bootstrap_t *bs;
