@@ -270,3 +270,108 @@ double cb_from_rank(const cb_ctx_t *ctx, int root, double mine) {
     if (v != all) free(v);
     return r;
 }
+
+/* ---------------------------------------------------------------- buffers and channels */
+
+void cb_row_init(cb_row_t *row, const char *test, const char *op, const char *base_op,
+                 const char *units, uint64_t bytes, int blocks, int threads) {
+    memset(row, 0, sizeof *row);
+    snprintf(row->test, sizeof row->test, "%s", test);
+    snprintf(row->op, sizeof row->op, "%s", op);
+    snprintf(row->base_op, sizeof row->base_op, "%s", base_op);
+    snprintf(row->units, sizeof row->units, "%s", units);
+    row->src = 0;
+    row->dst = 1;
+    row->bytes = bytes;
+    row->blocks = blocks;
+    row->threads = threads;
+    row->errors = -1;
+}
+
+uint64_t cb_data_bytes(const cb_opts_t *o, uint64_t min, uint64_t max_default,
+                       uint64_t matrix_default) {
+    const uint64_t mib2 = 2ull << 20, top = o->max_bytes ? o->max_bytes : max_default;
+    const uint64_t mb = o->matrix_bytes ? o->matrix_bytes : matrix_default;
+    uint64_t need = min;
+    if ((o->tests & (CB_MEM_BW | CB_PORT_BW)) && top > need) need = top;
+    if ((o->tests & CB_MATRIX) && mb > need) need = mb;
+    return (need + mib2 - 1) / mib2 * mib2;
+}
+
+/* The pair partner of ranks 0 and 1; -1 on the others. */
+static int cb_pair_peer(const cb_ctx_t *ctx) { return ctx->rank < 2 ? 1 - ctx->rank : -1; }
+
+void cb_chans_setup(cb_ctx_t *ctx, cb_chans_t *c, uint64_t data_bytes, uint64_t pkt_bytes) {
+    cchan_comm_t *comm = ctx->comm;
+    const int n = ctx->nranks, peer = cb_pair_peer(ctx);
+    c->data_bytes = data_bytes;
+    c->pkt_bytes = pkt_bytes;
+    cb_check(ctx, cchan_mem_alloc(comm, data_bytes, 0, &c->data), "cchan_mem_alloc(data)");
+    cb_check(ctx, cchan_mem_alloc(comm, pkt_bytes, 0, &c->pkt), "cchan_mem_alloc(pkt)");
+    c->peer_data = (cchan_mem_t **)calloc((size_t)n, sizeof(cchan_mem_t *));
+    c->peer_pkt = (cchan_mem_t **)calloc((size_t)n, sizeof(cchan_mem_t *));
+    c->mch = (cchan_memory_channel_t *)calloc((size_t)n, sizeof(cchan_memory_channel_t));
+    if (!c->peer_data || !c->peer_pkt || !c->mch) cb_die(ctx, "out of memory");
+    cb_check(ctx, cchan_mem_exchange(comm, c->data, c->peer_data), "cchan_mem_exchange(data)");
+    cb_check(ctx, cchan_mem_exchange(comm, c->pkt, c->peer_pkt), "cchan_mem_exchange(pkt)");
+    cb_check(ctx, cchan_sem_set_create(comm, 2, 0, &c->msems), "cchan_sem_set_create");
+    for (int r = 0; r < n; r++) {
+        if (r == ctx->rank) continue;
+        cb_check(ctx,
+                 cchan_memory_channel_init(comm, c->msems, r, 0, c->peer_data[r], c->data, NULL,
+                                           &c->mch[r]),
+                 "cchan_memory_channel_init");
+    }
+    if (peer >= 0)
+        cb_check(ctx,
+                 cchan_memory_channel_init(comm, c->msems, peer, 1, c->peer_pkt[peer], c->data,
+                                           c->pkt, &c->lch),
+                 "cchan_memory_channel_init(ll)");
+}
+
+void cb_chans_port(cb_ctx_t *ctx, cb_chans_t *c, int nsems) {
+    if (c->port_ready) return;
+    const int peer = cb_pair_peer(ctx);
+    cb_check(ctx, cchan_sem_set_create(ctx->comm, nsems, CCHAN_SEM_HOST_MAPPED, &c->psems),
+             "cchan_sem_set_create(host-mapped)");
+    cchan_proxy_config_t pcfg = CCHAN_PROXY_CONFIG_INIT;
+    cb_check(ctx, cchan_proxy_create(ctx->comm, &pcfg, &c->proxy), "cchan_proxy_create");
+    c->pch = (cchan_port_channel_t *)calloc((size_t)ctx->nranks, sizeof(*c->pch));
+    if (!c->pch) cb_die(ctx, "out of memory");
+    for (int r = 0; r < ctx->nranks; r++) {
+        if (r == ctx->rank) continue;
+        cb_check(ctx,
+                 cchan_port_channel_create(c->proxy, CCHAN_TRANSPORT_AUTO, c->psems, r, 0,
+                                           c->peer_data[r], c->data, &c->pch[r]),
+                 "cchan_port_channel_create");
+    }
+    if (peer >= 0)
+        cb_check(ctx,
+                 cchan_port_channel_create(c->proxy, CCHAN_TRANSPORT_AUTO, c->psems, peer, 1,
+                                           c->peer_data[peer], c->data, &c->rate_ch),
+                 "cchan_port_channel_create(rate)");
+    cb_check(ctx, cchan_proxy_start(c->proxy), "cchan_proxy_start");
+    cb_barrier(ctx);
+    c->port_ready = 1;
+}
+
+void cb_chans_teardown(cb_ctx_t *ctx, cb_chans_t *c) {
+    if (c->port_ready) {
+        cb_check(ctx, cchan_proxy_stop(c->proxy, 10000), "cchan_proxy_stop");
+        cb_check(ctx, cchan_proxy_destroy(c->proxy), "cchan_proxy_destroy");
+        cb_check(ctx, cchan_sem_set_destroy(c->psems), "cchan_sem_set_destroy");
+    }
+    cb_check(ctx, cchan_sem_set_destroy(c->msems), "cchan_sem_set_destroy");
+    for (int r = 0; r < ctx->nranks; r++) {
+        if (r == ctx->rank) continue;
+        if (c->peer_data[r]) cb_check(ctx, cchan_mem_destroy(c->peer_data[r]), "cchan_mem_destroy");
+        if (c->peer_pkt[r]) cb_check(ctx, cchan_mem_destroy(c->peer_pkt[r]), "cchan_mem_destroy");
+    }
+    cb_barrier(ctx); /* no peer maps our memory any more */
+    cb_check(ctx, cchan_mem_destroy(c->data), "cchan_mem_destroy");
+    cb_check(ctx, cchan_mem_destroy(c->pkt), "cchan_mem_destroy");
+    free(c->peer_data);
+    free(c->peer_pkt);
+    free(c->mch);
+    free(c->pch);
+}

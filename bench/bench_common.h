@@ -1,7 +1,7 @@
 /* cchan-bench: what the GPU and host-backend benchmarks share — options, statistics, the result
  * rows that rank 0 prints and writes as JSON, and collectives over the communicator's bootstrap.
  *
- * Conventions (DESIGN.md §7): every figure is printed next to a baseline measured in the same run
+ * Conventions: every figure is printed next to a baseline measured in the same run
  * on the same devices with the same sizes and grid, and their ratio (cchan / baseline: above 1 is
  * better for bandwidth, below 1 is better for latency). GB/s means 10^9 bytes per second. Rank 0
  * prints.
@@ -101,6 +101,10 @@ void cb_lat_header(const cb_ctx_t *ctx, const char *title, const char *op, const
 /* Records the row (rank 0), prints it in the header's format, counts a failed check. */
 void cb_bw_row(cb_ctx_t *ctx, const cb_row_t *row);
 void cb_lat_row(cb_ctx_t *ctx, const cb_row_t *row);
+/* A row between ranks 0 (src) and 1 (dst), nothing measured or checked yet (errors -1). blocks: the
+ * GPU grid, 0 on the host backend. */
+void cb_row_init(cb_row_t *row, const char *test, const char *op, const char *base_op,
+                 const char *units, uint64_t bytes, int blocks, int threads);
 /* Records a row without printing it (matrix cells). */
 void cb_row_record(cb_ctx_t *ctx, const cb_row_t *row);
 double cb_ratio(const cb_row_t *row);
@@ -127,6 +131,35 @@ double cb_from_rank(const cb_ctx_t *ctx, int root, double mine);
 
 double cb_now(void); /* seconds, CLOCK_MONOTONIC */
 uint64_t cb_now_ns(void);
+
+/* ---- buffers and channels: the same for the GPU and the host backend (the backends' own state
+ * around them differs). data holds bandwidth messages and ping-pong payloads, pkt flags and LL
+ * packets; every rank's are mapped into every rank. */
+typedef struct cb_chans {
+    uint64_t data_bytes, pkt_bytes;
+    cchan_mem_t *data, *pkt, **peer_data, **peer_pkt; /* peer_*: [nranks] */
+    cchan_sem_set_t *msems;
+    cchan_memory_channel_t
+        *mch; /* [nranks]: to each peer, remote = its data, local = data (sem 0) */
+    cchan_memory_channel_t lch; /* ranks 0 and 1: packets into the peer's pkt, payload in data
+                                   (sem 1) */
+    /* port channels, made at the first test that needs them (cb_chans_port) */
+    int port_ready;
+    cchan_sem_set_t *psems; /* host-mapped: 0 = pch, 1 = rate_ch, more for the backend's own use */
+    cchan_proxy_t *proxy;
+    cchan_port_channel_t *pch; /* [nranks] */
+    cchan_port_channel_t rate_ch;
+} cb_chans_t;
+/* Bytes of data for this run's sweeps: at least min, the largest -e (default max_default) when a
+ * bandwidth test runs, the matrix size (default matrix_default) when the matrix does; whole 2 MiB.
+ */
+uint64_t cb_data_bytes(const cb_opts_t *o, uint64_t min, uint64_t max_default,
+                       uint64_t matrix_default);
+/* Allocates, maps everywhere and connects (collective; dies on failure). */
+void cb_chans_setup(cb_ctx_t *ctx, cb_chans_t *c, uint64_t data_bytes, uint64_t pkt_bytes);
+/* The proxy, nsems host-mapped semaphores and the port channels, once (collective). */
+void cb_chans_port(cb_ctx_t *ctx, cb_chans_t *c, int nsems);
+void cb_chans_teardown(cb_ctx_t *ctx, cb_chans_t *c); /* collective */
 
 /* ---- per-backend entry points */
 int cb_run_host(cb_ctx_t *ctx);

@@ -102,15 +102,8 @@ typedef struct host {
     cb_ctx_t *ctx;
     cchan_comm_t *comm;
     int rank, nranks, peer;
-    uint64_t data_bytes, pkt_bytes;
-    cchan_mem_t *data, *pkt, **peer_data, **peer_pkt;
+    cb_chans_t ch; /* buffers and channels */
     uint8_t *p_data, *p_pkt;
-    cchan_sem_set_t *msems;
-    cchan_memory_channel_t *mch, lch;
-    int port_ready;
-    cchan_sem_set_t *psems;
-    cchan_proxy_t *proxy;
-    cchan_port_channel_t *pch, rate_ch;
     team_t team;
     uint64_t *ring, ring_tail, ring_seq;
     uint32_t ll_flag;
@@ -153,20 +146,6 @@ static void spin(uint32_t *it) {
 
 static int64_t combine2(int64_t e1, int64_t e2) { return e1 < 0 ? e2 : (e2 < 0 ? e1 : e1 + e2); }
 
-static void hrow(cb_row_t *row, const char *test, const char *op, const char *base_op,
-                 const char *units, uint64_t bytes, int threads) {
-    memset(row, 0, sizeof *row);
-    snprintf(row->test, sizeof row->test, "%s", test);
-    snprintf(row->op, sizeof row->op, "%s", op);
-    snprintf(row->base_op, sizeof row->base_op, "%s", base_op);
-    snprintf(row->units, sizeof row->units, "%s", units);
-    row->src = 0;
-    row->dst = 1;
-    row->bytes = bytes;
-    row->threads = threads;
-    row->errors = -1;
-}
-
 /* ---------------------------------------------------------------- bandwidth */
 
 enum hbw_kind { H_MC_PUT, H_COPY_WRITE, H_MC_GET, H_COPY_READ, H_PORT_PUT, H_MEMCPY };
@@ -180,7 +159,7 @@ typedef struct hbw_arg {
 
 static void hbw_fn(void *p, uint32_t tid, uint32_t n) {
     hbw_arg_t *a = (hbw_arg_t *)p;
-    const cchan_memory_channel_t *ch = &a->h->mch[a->b];
+    const cchan_memory_channel_t *ch = &a->h->ch.mch[a->b];
     /* contiguous shares, 64-byte aligned, for the memcpy baselines */
     uint64_t share = (a->bytes / n + 63) / 64 * 64;
     uint64_t lo = (uint64_t)tid * share, hi = lo + share;
@@ -195,13 +174,14 @@ static void hbw_fn(void *p, uint32_t tid, uint32_t n) {
         case H_PORT_PUT:
             for (uint64_t off = 0; off < a->bytes && !a->status; off += a->chunk) {
                 uint64_t len = a->bytes - off < a->chunk ? a->bytes - off : a->chunk;
-                a->status = cchan_port_channel_put(&a->h->pch[a->b], off, off, len);
+                a->status = cchan_port_channel_put(&a->h->ch.pch[a->b], off, off, len);
             }
             break;
         case H_MEMCPY: memcpy(ch->remote, ch->local, a->bytes); break;
         }
     }
-    if (a->kind == H_PORT_PUT && !a->status) a->status = cchan_port_channel_flush(&a->h->pch[a->b]);
+    if (a->kind == H_PORT_PUT && !a->status)
+        a->status = cchan_port_channel_flush(&a->h->ch.pch[a->b]);
 }
 
 static void hbw_measure(host_t *h, int kind, int a, int b, uint64_t bytes, int threads,
@@ -257,7 +237,7 @@ static void host_mem_bw(host_t *h) {
     cb_ctx_t *ctx = h->ctx;
     const cb_opts_t *o = &ctx->opt;
     uint64_t sizes[CB_MAX_SIZES];
-    int ns = cb_sweep(o, 4096, 16 * H_MIB, 4, 1, h->data_bytes, sizes);
+    int ns = cb_sweep(o, 4096, 16 * H_MIB, 4, 1, h->ch.data_bytes, sizes);
     int grids[CB_MAX_GRIDS], ng;
     host_grids(o, grids, &ng);
     const int iters = cb_opt_int(o->iters, 10), warm = cb_opt_int(o->warmup, 2),
@@ -274,7 +254,8 @@ static void host_mem_bw(host_t *h) {
         for (int gi = 0; gi < ng; gi++) {
             for (int si = 0; si < ns; si++) {
                 cb_row_t row;
-                hrow(&row, "mem-bw", k ? "get" : "put", "memcpy", "GB/s", sizes[si], grids[gi]);
+                cb_row_init(&row, "mem-bw", k ? "get" : "put", "memcpy", "GB/s", sizes[si], 0,
+                            grids[gi]);
                 int64_t e1, e2;
                 hbw_measure(h, k ? H_MC_GET : H_MC_PUT, 0, 1, sizes[si], grids[gi], 0, iters, warm,
                             reps, &row.value, &e1);
@@ -317,7 +298,7 @@ static void hpingpong(host_t *h, int iters, int warm, hpp_fn fn, void *arg, cb_s
 static int pp_sem(host_t *h, void *arg, int initiator, int i) {
     (void)arg;
     (void)i;
-    const cchan_memory_channel_t *ch = &h->mch[h->peer];
+    const cchan_memory_channel_t *ch = &h->ch.mch[h->peer];
     if (initiator) {
         cchan_memory_channel_signal(ch);
         return cchan_memory_channel_wait(ch);
@@ -350,16 +331,16 @@ typedef struct ll_arg {
 
 /* Raw LL loops as the host backend moves packets: 8-byte atomic words, each with its flag. */
 static void raw_ll_send(host_t *h, const ll_arg_t *a, uint32_t flag) {
-    uint64_t *dst = (uint64_t *)(void *)(h->lch.remote + H_PKT_OFF);
-    const uint32_t *src = (const uint32_t *)(const void *)(h->lch.local + H_SRC_OFF);
+    uint64_t *dst = (uint64_t *)(void *)(h->ch.lch.remote + H_PKT_OFF);
+    const uint32_t *src = (const uint32_t *)(const void *)(h->ch.lch.local + H_SRC_OFF);
     uint64_t n = a->proto == 8 ? (a->bytes + 3) / 4 : 2 * ((a->bytes + 7) / 8);
     for (uint64_t i = 0; i < n; i++)
         __atomic_store_n(&dst[i], (uint64_t)src[i] | ((uint64_t)flag << 32), __ATOMIC_RELAXED);
 }
 
 static void raw_ll_recv(host_t *h, const ll_arg_t *a, uint32_t flag) {
-    const uint64_t *src = (const uint64_t *)(const void *)(h->lch.recv + H_PKT_OFF);
-    uint32_t *dst = (uint32_t *)(void *)(h->lch.local + H_DST_OFF);
+    const uint64_t *src = (const uint64_t *)(const void *)(h->ch.lch.recv + H_PKT_OFF);
+    uint32_t *dst = (uint32_t *)(void *)(h->ch.lch.local + H_DST_OFF);
     uint64_t n = a->proto == 8 ? (a->bytes + 3) / 4 : 2 * ((a->bytes + 7) / 8);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t w;
@@ -373,9 +354,11 @@ static int ll_send(host_t *h, const ll_arg_t *a, uint32_t flag) {
     if (a->raw)
         raw_ll_send(h, a, flag);
     else if (a->proto == 8)
-        cchan_memory_channel_put_packets_ll8(&h->lch, H_PKT_OFF, H_SRC_OFF, a->bytes, flag, 0, 1);
+        cchan_memory_channel_put_packets_ll8(&h->ch.lch, H_PKT_OFF, H_SRC_OFF, a->bytes, flag, 0,
+                                             1);
     else
-        cchan_memory_channel_put_packets_ll16(&h->lch, H_PKT_OFF, H_SRC_OFF, a->bytes, flag, 0, 1);
+        cchan_memory_channel_put_packets_ll16(&h->ch.lch, H_PKT_OFF, H_SRC_OFF, a->bytes, flag, 0,
+                                              1);
     return 0;
 }
 
@@ -385,10 +368,10 @@ static int ll_recv(host_t *h, const ll_arg_t *a, uint32_t flag) {
         return 0;
     }
     if (a->proto == 8)
-        return cchan_memory_channel_read_packets_ll8(&h->lch, H_PKT_OFF, H_DST_OFF, a->bytes, flag,
-                                                     0, 1);
-    return cchan_memory_channel_read_packets_ll16(&h->lch, H_PKT_OFF, H_DST_OFF, a->bytes, flag, 0,
-                                                  1);
+        return cchan_memory_channel_read_packets_ll8(&h->ch.lch, H_PKT_OFF, H_DST_OFF, a->bytes,
+                                                     flag, 0, 1);
+    return cchan_memory_channel_read_packets_ll16(&h->ch.lch, H_PKT_OFF, H_DST_OFF, a->bytes, flag,
+                                                  0, 1);
 }
 
 static int pp_ll(host_t *h, void *p, int initiator, int i) {
@@ -433,11 +416,12 @@ static void host_mem_lat(host_t *h) {
              iters, warm, ctx->timer);
     cb_lat_header(ctx, title, "cchan signal->wait", "raw flag");
     cb_row_t row;
-    hrow(&row, "mem-lat", "signal-wait", "raw-flag", "ns", 0, 1);
+    cb_row_init(&row, "mem-lat", "signal-wait", "raw-flag", "ns", 0, 0, 1);
     flag_arg_t fa = {NULL, NULL, h->flag_epoch};
     if (h->rank < 2) {
         fa.mine = (uint64_t *)(void *)(h->p_pkt + H_FLAG_OFF);
-        fa.peer = (uint64_t *)(void *)((uint8_t *)cchan_mem_ptr(h->peer_pkt[h->peer]) + H_FLAG_OFF);
+        fa.peer =
+            (uint64_t *)(void *)((uint8_t *)cchan_mem_ptr(h->ch.peer_pkt[h->peer]) + H_FLAG_OFF);
     }
     h->flag_epoch += (uint64_t)(warm + iters);
     hpingpong(h, iters, warm, pp_flag, &fa, &row.base);
@@ -454,8 +438,8 @@ static void host_mem_lat(host_t *h) {
                  p ? "ll16" : "ll8", p ? "16" : "8");
         cb_lat_header(ctx, title, p ? "cchan LL16" : "cchan LL8", p ? "raw LL16" : "raw LL8");
         for (int si = 0; si < ns; si++) {
-            hrow(&row, "mem-lat", p ? "ll16" : "ll8", p ? "raw-ll16" : "raw-ll8", "ns", sizes[si],
-                 1);
+            cb_row_init(&row, "mem-lat", p ? "ll16" : "ll8", p ? "raw-ll16" : "raw-ll8", "ns",
+                        sizes[si], 0, 1);
             int64_t e[2];
             for (int raw = 1; raw >= 0; raw--) {
                 hfill_pingpong(h, sizes[si]);
@@ -472,31 +456,7 @@ static void host_mem_lat(host_t *h) {
 
 /* ---------------------------------------------------------------- port channel */
 
-static void host_port_setup(host_t *h) {
-    if (h->port_ready) return;
-    cb_ctx_t *ctx = h->ctx;
-    cb_check(ctx, cchan_sem_set_create(h->comm, 2, CCHAN_SEM_HOST_MAPPED, &h->psems),
-             "cchan_sem_set_create");
-    cchan_proxy_config_t pcfg = CCHAN_PROXY_CONFIG_INIT;
-    cb_check(ctx, cchan_proxy_create(h->comm, &pcfg, &h->proxy), "cchan_proxy_create");
-    h->pch = (cchan_port_channel_t *)calloc((size_t)h->nranks, sizeof(*h->pch));
-    if (!h->pch) cb_die(ctx, "out of memory");
-    for (int r = 0; r < h->nranks; r++) {
-        if (r == h->rank) continue;
-        cb_check(ctx,
-                 cchan_port_channel_create(h->proxy, CCHAN_TRANSPORT_AUTO, h->psems, r, 0,
-                                           h->peer_data[r], h->data, &h->pch[r]),
-                 "cchan_port_channel_create");
-    }
-    if (h->peer >= 0)
-        cb_check(ctx,
-                 cchan_port_channel_create(h->proxy, CCHAN_TRANSPORT_AUTO, h->psems, h->peer, 1,
-                                           h->peer_data[h->peer], h->data, &h->rate_ch),
-                 "cchan_port_channel_create(rate)");
-    cb_check(ctx, cchan_proxy_start(h->proxy), "cchan_proxy_start");
-    cb_barrier(ctx);
-    h->port_ready = 1;
-}
+static void host_port_setup(host_t *h) { cb_chans_port(h->ctx, &h->ch, 2); }
 
 static void host_port_bw(host_t *h) {
     cb_ctx_t *ctx = h->ctx;
@@ -504,7 +464,7 @@ static void host_port_bw(host_t *h) {
     host_port_setup(h);
     h->phase++;
     uint64_t sizes[CB_MAX_SIZES];
-    int ns = cb_sweep(o, 64 * 1024, 16 * H_MIB, 4, 1, h->data_bytes, sizes);
+    int ns = cb_sweep(o, 64 * 1024, 16 * H_MIB, 4, 1, h->ch.data_bytes, sizes);
     const int iters = cb_opt_int(o->iters, 10), warm = cb_opt_int(o->warmup, 2),
               reps = cb_opt_int(o->reps, 5);
     uint64_t chunk = o->chunk_none ? 0 : (o->chunk ? o->chunk : 4 * H_MIB);
@@ -518,7 +478,7 @@ static void host_port_bw(host_t *h) {
     cb_bw_header(ctx, title, "put", "memcpy", "GB/s");
     for (int si = 0; si < ns; si++) {
         cb_row_t row;
-        hrow(&row, "port-bw", "put", "memcpy", "GB/s", sizes[si], 1);
+        cb_row_init(&row, "port-bw", "put", "memcpy", "GB/s", sizes[si], 0, 1);
         int64_t e1, e2;
         uint64_t c = chunk ? chunk : sizes[si];
         hbw_measure(h, H_PORT_PUT, 0, 1, sizes[si], 1, c, iters, warm, reps, &row.value, &e1);
@@ -535,7 +495,7 @@ typedef struct port_pp_arg {
 static int pp_port(host_t *h, void *p, int initiator, int i) {
     (void)i;
     const port_pp_arg_t *a = (const port_pp_arg_t *)p;
-    const cchan_port_channel_t *ch = &h->pch[h->peer];
+    const cchan_port_channel_t *ch = &h->ch.pch[h->peer];
     int r = 0;
     if (!initiator) r = cchan_port_channel_wait(ch);
     if (r == 0)
@@ -603,18 +563,19 @@ static void host_port_lat(host_t *h) {
     flag_arg_t fa = {NULL, NULL, h->flag_epoch};
     if (h->rank < 2) {
         fa.mine = (uint64_t *)(void *)(h->p_pkt + H_FLAG_OFF);
-        fa.peer = (uint64_t *)(void *)((uint8_t *)cchan_mem_ptr(h->peer_pkt[h->peer]) + H_FLAG_OFF);
+        fa.peer =
+            (uint64_t *)(void *)((uint8_t *)cchan_mem_ptr(h->ch.peer_pkt[h->peer]) + H_FLAG_OFF);
     }
     h->flag_epoch += (uint64_t)(warm + iters);
     hpingpong(h, iters, warm, pp_flag, &fa, &flag);
     for (int k = 0; k < 2; k++) {
         cb_row_t row;
-        hrow(&row, "port-lat", k ? "put-signal-wait" : "signal-wait", "raw-flag", "ns", k ? 8 : 0,
-             1);
+        cb_row_init(&row, "port-lat", k ? "put-signal-wait" : "signal-wait", "raw-flag", "ns",
+                    k ? 8 : 0, 0, 1);
         port_pp_arg_t pa = {k ? 8u : 0u};
         if (k) hfill_pingpong(h, 8);
         hpingpong(h, iters, warm, pp_port, &pa, &row.value);
-        if (h->rank < 2) cb_check(ctx, cchan_port_channel_flush(&h->pch[h->peer]), "flush");
+        if (h->rank < 2) cb_check(ctx, cchan_port_channel_flush(&h->ch.pch[h->peer]), "flush");
         if (k) row.errors = hcheck_pingpong(h, 8, "port put_signal check");
         row.base = flag;
         cb_lat_row(ctx, &row);
@@ -629,7 +590,7 @@ static void host_port_lat(host_t *h) {
              (unsigned long long)count, reps);
     cb_bw_header(ctx, title, "cchan FIFO", "raw ring", "Mreq/s");
     cb_row_t row;
-    hrow(&row, "port-lat", "fifo-signal", "raw-ring", "Mreq/s", 0, 1);
+    cb_row_init(&row, "port-lat", "fifo-signal", "raw-ring", "Mreq/s", 0, 0, 1);
     cb_barrier(ctx);
     if (h->rank == 0) {
         double v[64], b[64];
@@ -637,8 +598,8 @@ static void host_port_lat(host_t *h) {
         for (int r = 0; r < n; r++) {
             double t0 = cb_now();
             for (uint64_t k = 0; k < count; k++)
-                cb_check(ctx, cchan_port_channel_signal(&h->rate_ch), "signal");
-            cb_check(ctx, cchan_port_channel_flush(&h->rate_ch), "flush");
+                cb_check(ctx, cchan_port_channel_signal(&h->ch.rate_ch), "signal");
+            cb_check(ctx, cchan_port_channel_flush(&h->ch.rate_ch), "flush");
             v[r] = (double)count / (cb_now() - t0) / 1e6;
             b[r] = hraw_ring(h, count);
         }
@@ -658,7 +619,7 @@ static void host_matrix(host_t *h) {
     h->phase++;
     const int n = h->nranks;
     uint64_t bytes = o->matrix_bytes ? o->matrix_bytes : 16 * H_MIB;
-    if (bytes > h->data_bytes) bytes = h->data_bytes;
+    if (bytes > h->ch.data_bytes) bytes = h->ch.data_bytes;
     int grids[CB_MAX_GRIDS], ng;
     host_grids(o, grids, &ng);
     const int threads = grids[ng - 1];
@@ -681,8 +642,8 @@ static void host_matrix(host_t *h) {
             }
             for (int k = 0; k < 4; k += 2) {
                 cb_row_t row;
-                hrow(&row, "matrix", k ? "port-put" : "memory-put", "memcpy", "GB/s", bytes,
-                     k ? 1 : threads);
+                cb_row_init(&row, "matrix", k ? "port-put" : "memory-put", "memcpy", "GB/s", bytes,
+                            0, k ? 1 : threads);
                 row.src = a;
                 row.dst = b;
                 row.value.median = row.value.min = row.value.max = row.value.mean =
@@ -747,36 +708,12 @@ int cb_run_host(cb_ctx_t *ctx) {
               ncpu, ctx->nranks,
               ncpu < 2L * ctx->nranks ? ", oversubscribed: latencies include scheduling" : "");
 
-    uint64_t need = 32 * H_MIB;
-    uint64_t top = o->max_bytes ? o->max_bytes : 16 * H_MIB;
-    if ((o->tests & (CB_MEM_BW | CB_PORT_BW)) && top > need) need = top;
-    if ((o->tests & CB_MATRIX) && o->matrix_bytes > need) need = o->matrix_bytes;
-    h->data_bytes = (need + 2 * H_MIB - 1) / (2 * H_MIB) * (2 * H_MIB);
-    h->pkt_bytes = H_PKT_OFF + 2 * H_LL_MAX + H_MIB;
-    cb_check(ctx, cchan_mem_alloc(h->comm, h->data_bytes, 0, &h->data), "cchan_mem_alloc(data)");
-    cb_check(ctx, cchan_mem_alloc(h->comm, h->pkt_bytes, 0, &h->pkt), "cchan_mem_alloc(pkt)");
-    h->p_data = (uint8_t *)cchan_mem_ptr(h->data);
-    h->p_pkt = (uint8_t *)cchan_mem_ptr(h->pkt);
-    h->peer_data = (cchan_mem_t **)calloc((size_t)h->nranks, sizeof(cchan_mem_t *));
-    h->peer_pkt = (cchan_mem_t **)calloc((size_t)h->nranks, sizeof(cchan_mem_t *));
-    h->mch = (cchan_memory_channel_t *)calloc((size_t)h->nranks, sizeof(cchan_memory_channel_t));
+    cb_chans_setup(ctx, &h->ch, cb_data_bytes(o, 32 * H_MIB, 16 * H_MIB, 0),
+                   H_PKT_OFF + 2 * H_LL_MAX + H_MIB);
+    h->p_data = (uint8_t *)cchan_mem_ptr(h->ch.data);
+    h->p_pkt = (uint8_t *)cchan_mem_ptr(h->ch.pkt);
     h->ring = (uint64_t *)calloc(H_RING_SLOTS, sizeof(uint64_t));
-    if (!h->peer_data || !h->peer_pkt || !h->mch || !h->ring) cb_die(ctx, "out of memory");
-    cb_check(ctx, cchan_mem_exchange(h->comm, h->data, h->peer_data), "cchan_mem_exchange(data)");
-    cb_check(ctx, cchan_mem_exchange(h->comm, h->pkt, h->peer_pkt), "cchan_mem_exchange(pkt)");
-    cb_check(ctx, cchan_sem_set_create(h->comm, 2, 0, &h->msems), "cchan_sem_set_create");
-    for (int r = 0; r < h->nranks; r++) {
-        if (r == h->rank) continue;
-        cb_check(ctx,
-                 cchan_memory_channel_init(h->comm, h->msems, r, 0, h->peer_data[r], h->data, NULL,
-                                           &h->mch[r]),
-                 "cchan_memory_channel_init");
-    }
-    if (h->peer >= 0)
-        cb_check(ctx,
-                 cchan_memory_channel_init(h->comm, h->msems, h->peer, 1, h->peer_pkt[h->peer],
-                                           h->data, h->pkt, &h->lch),
-                 "cchan_memory_channel_init(ll)");
+    if (!h->ring) cb_die(ctx, "out of memory");
     int grids[CB_MAX_GRIDS], ng, tmax = 1;
     host_grids(o, grids, &ng);
     for (int i = 0; i < ng; i++)
@@ -793,24 +730,7 @@ int cb_run_host(cb_ctx_t *ctx) {
 
     cb_barrier(ctx);
     team_stop(&h->team);
-    if (h->port_ready) {
-        cb_check(ctx, cchan_proxy_stop(h->proxy, 10000), "cchan_proxy_stop");
-        cb_check(ctx, cchan_proxy_destroy(h->proxy), "cchan_proxy_destroy");
-        cb_check(ctx, cchan_sem_set_destroy(h->psems), "cchan_sem_set_destroy");
-    }
-    cb_check(ctx, cchan_sem_set_destroy(h->msems), "cchan_sem_set_destroy");
-    for (int r = 0; r < h->nranks; r++) {
-        if (r == h->rank) continue;
-        cb_check(ctx, cchan_mem_destroy(h->peer_data[r]), "cchan_mem_destroy");
-        cb_check(ctx, cchan_mem_destroy(h->peer_pkt[r]), "cchan_mem_destroy");
-    }
-    cb_barrier(ctx);
-    cb_check(ctx, cchan_mem_destroy(h->data), "cchan_mem_destroy");
-    cb_check(ctx, cchan_mem_destroy(h->pkt), "cchan_mem_destroy");
-    free(h->peer_data);
-    free(h->peer_pkt);
-    free(h->mch);
-    free(h->pch);
+    cb_chans_teardown(ctx, &h->ch);
     free(h->ring);
     return 0;
 }

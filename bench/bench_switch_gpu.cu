@@ -1,5 +1,5 @@
 /* cchan-bench switch-bw on GPUs: every rank at once, on the path the channel reports (portable
- * here: cchan never opts in to multicast, DESIGN.md §8).
+ * here: cchan never opts in to multicast, docs/switch_channel.md).
  *
  *   reduce-f32 / reduce-bf16  local = sum over members of buf, by every rank at once, vs a plain SM
  *                             kernel with the same grid that loads 16 bytes from each member's
@@ -189,7 +189,7 @@ __global__ void k_swb_barrier(const cchan_semaphore_t *sems, uint32_t npeers) {
 
 /* ---------------------------------------------------------------- NCCL, loaded at run time */
 
-/* NCCL through bench/nccl_dyn.h (dlopen; never multicast, DESIGN.md §8). */
+/* NCCL through bench/nccl_dyn.h (dlopen; never multicast, docs/switch_channel.md). */
 typedef struct swb_nccl {
     cb_nccl_t lib;
     cb_nccl_comm_t comm;

@@ -98,3 +98,10 @@ FILE *cb_json_open(const char *path, const char *bench, const char *command,
     cb_json_str(f, command);
     return f;
 }
+
+void cb_join_args(char *buf, size_t n, int argc, char **argv, const char *name) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < argc && len + 2 < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? " " : "", i ? argv[i] : name);
+}

@@ -4,6 +4,7 @@
 #define CCHAN_BENCH_UTIL_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -18,6 +19,9 @@ void cb_vdie(const char *bench, int rank, const char *fmt, va_list ap) __attribu
 
 /* "4K", "1MiB", "2g", "1.5M", "64": bytes with binary multipliers. 0, or -1 if malformed. */
 int cb_parse_size(const char *s, uint64_t *out);
+
+/* The command line as one string into buf (name for argv[0]; cut at n - 2 bytes). */
+void cb_join_args(char *buf, size_t n, int argc, char **argv, const char *name);
 
 /* Writes s as a JSON string literal. */
 void cb_json_str(FILE *f, const char *s);

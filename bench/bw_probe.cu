@@ -2,9 +2,9 @@
  * both GPUs sending to each other at once (as an AllGather or AllReduce of two ranks does) and with
  * one sending, measured with no cchan code at all (plain CUDA runtime, one process, peer access).
  *
- * It answers one question of issue 7: the 1 GiB targets need about 375 (AllReduce) and 388
- * (AllGather) GB/s per direction while both GPUs send, and cchan's SM stores reach about 363 and
- * its copy-engine + SM mix 378. Which mechanism, if any, goes faster?
+ * The question it answers: can any mechanism move more per direction while both GPUs send than
+ * cchan's SM stores and its copy-engine + SM mix reach for a 1 GiB collective (docs/tuning.md,
+ * "Bandwidth ceiling")?
  *
  *   cchan-bw-probe [--mib N] [--reps R] [--only SUBSTRING] [--pad BYTES]
  *                  [--procs [--touch-peer] [--one-buf]]

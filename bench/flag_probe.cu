@@ -1,9 +1,9 @@
 /* cchan-flag-probe: what a one-thread flag ping-pong between two GPUs costs with each way of
  * ordering it, measured with no cchan code at all (plain CUDA runtime, peer access or legacy IPC).
  *
- * It answers one question of issue 3: is the ~600 ns a system-scope release costs per hop in
- * cchan-bench a property of this machine, or of how cchan's processes are set up (proxy threads
- * spinning on host-mapped memory, one process per GPU)? Every variant is run
+ * The question it answers: is what a system-scope release costs per hop in cchan-bench (docs/
+ * tuning.md, "Flag ping-pong") a property of the machine, or of how cchan's processes are set up
+ * (proxy threads spinning on host-mapped memory, one process per GPU)? Every variant is run
  *   - in one process driving both GPUs (peer access), and
  *   - with --procs: two processes (fork+exec of this binary before CUDA starts), the flags shared
  *     through cudaIpcGetMemHandle, as cchan and MSCCL++ run;

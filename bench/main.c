@@ -1,7 +1,7 @@
 /* cchan-bench: point-to-point benchmarks of cchan's channels against same-run baselines.
  *
- *   cchan-run -n 2 build/bench/cchan-bench [all|mem-bw|mem-lat|port-bw|port-lat|matrix|switch-bw ...]
- *             [opts]
+ *   cchan-run -n 2 build/bench/cchan-bench [all|mem-bw|mem-lat|port-bw|port-lat|matrix|switch-bw
+ * ...] [opts]
  *
  * One process per GPU (or per host-backend rank); rank 0 prints and writes the JSON. See
  * bench/README.md for what each subcommand measures and how.
@@ -83,15 +83,9 @@ static int parse_grids(const char *s, cb_opts_t *o) {
     return o->ngrids ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
-    cb_ctx_t ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.t0 = cb_now();
-    ctx.rank = -1;
-    cb_opts_t *o = &ctx.opt;
-    o->iters = o->warmup = o->reps = -1;
-    int force_host = 0;
-
+/* The command line into ctx->opt (and *force_host); -1 to go on, else main's exit status. */
+static int parse_args(int argc, char **argv, cb_ctx_t *ctx, int *force_host) {
+    cb_opts_t *o = &ctx->opt;
     static const struct option longopts[] = {{"minbytes", required_argument, 0, 'b'},
                                              {"maxbytes", required_argument, 0, 'e'},
                                              {"stepfactor", required_argument, 0, 'f'},
@@ -129,7 +123,7 @@ int main(int argc, char **argv) {
             break;
         case 'm': bad |= cb_parse_size(optarg, &o->matrix_bytes) || o->matrix_bytes == 0; break;
         case 'J': o->json = optarg; break;
-        case 'H': force_host = 1; break;
+        case 'H': *force_host = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V':
 #ifdef CCHAN_BENCH_CUDA
@@ -160,10 +154,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cchan-bench: -b is larger than -e\n");
         return 2;
     }
-    size_t len = 0;
-    for (int i = 0; i < argc && len + 2 < sizeof ctx.command; i++)
-        len += (size_t)snprintf(ctx.command + len, sizeof ctx.command - len, "%s%s", i ? " " : "",
-                                i ? argv[i] : "cchan-bench");
+    cb_join_args(ctx->command, sizeof ctx->command, argc, argv, "cchan-bench");
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    cb_ctx_t ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.t0 = cb_now();
+    ctx.rank = -1;
+    cb_opts_t *o = &ctx.opt;
+    o->iters = o->warmup = o->reps = -1;
+    int force_host = 0;
+    int rc = parse_args(argc, argv, &ctx, &force_host);
+    if (rc >= 0) return rc;
 
     cchan_bootstrap_t *bs = NULL;
     int st = cchan_bootstrap_create_from_env(&bs);
@@ -201,7 +205,6 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    int rc;
     if (ctx.host_backend) {
         rc = cb_run_host(&ctx);
     } else {

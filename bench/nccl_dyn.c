@@ -101,8 +101,8 @@ int cb_nccl_nvls_guard(char *why, size_t why_len) {
     }
     if (!strcmp(v, "0")) return 0;
     snprintf(why, why_len,
-             "NCCL_NVLS_ENABLE=%s: NVLink multicast is not allowed on these machines (DESIGN.md "
-             "section 8); unset it or set it to 0",
+             "NCCL_NVLS_ENABLE=%s: NVLink multicast is not allowed on these machines "
+             "(docs/switch_channel.md); unset it or set it to 0",
              v);
     return -1;
 }

@@ -8,8 +8,9 @@
  * the build found nccl.h (CCHAN_BENCH_HAVE_NCCL_H) nccl_dyn.c checks them against it at compile
  * time. Streams are cudaStream_t passed as void *.
  *
- * NVLink SHARP (NVLS) multicast is never allowed here (DESIGN.md §8): cb_nccl_comm_init sets
- * NCCL_NVLS_ENABLE=0 when it is unset and refuses to start NCCL when it is set to anything else.
+ * NVLink SHARP (NVLS) multicast is never allowed here (docs/switch_channel.md): cb_nccl_comm_init
+ * sets NCCL_NVLS_ENABLE=0 when it is unset and refuses to start NCCL when it is set to anything
+ * else.
  */
 #ifndef CCHAN_BENCH_NCCL_DYN_H
 #define CCHAN_BENCH_NCCL_DYN_H

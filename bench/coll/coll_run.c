@@ -342,6 +342,116 @@ static int sweep(const ccb_opts_t *o, uint64_t *out, int max) {
     return n;
 }
 
+/* NCCL's time (default and symmetric windows, the faster of out of place and in place) for one
+ * size, shared by every algorithm row; also checks the checker on NCCL's own result. */
+static void coll_nccl_times(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsigned op,
+                            int dtype, size_t count, int graph, void *sendbuf, void *recvbuf,
+                            sym_buf_t *sym, ccb_row_t *base) {
+    const ccb_opts_t *o = &ctx->opt;
+    const size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype), bytes = base->bytes;
+    if (ctx->have_nccl) {
+        for (int mode = 0; mode < 2; mode++) {
+            if (mode == 1 && !ctx->have_nccl_sym) continue;
+            void *s = mode ? sym[0].ptr : sendbuf, *r = mode ? sym[1].ptr : recvbuf;
+            double best = -1;
+            for (int ip = 0; ip < 2; ip++) {
+                op_arg_t a = {ctx, coll, op, dtype, 0, s, r, count};
+                if (ip) in_place_ptrs(op, r, count, es, ctx->rank, &a.send, &a.recv);
+                if (o->check && mode == 0 && ip == 0 && bytes <= (16u << 20)) {
+                    /* Validates the checker itself on NCCL's result. */
+                    int64_t oob;
+                    int64_t wrong =
+                        ccb_sum_over_ranks(ctx, check_op(ctx, dev, &a, 0, s, r, &oob, launch_nccl));
+                    if (wrong != 0)
+                        ccb_printf(ctx,
+                                   "# warning: NCCL's own result has %lld wrong elements "
+                                   "at %zu bytes\n",
+                                   (long long)wrong, bytes);
+                    a.send = s;
+                    a.recv = r;
+                }
+                double us = time_op(ctx, dev, &a, launch_nccl, graph);
+                if (us > 0 && (best < 0 || us < best)) best = us;
+            }
+            base->nccl_us[mode] = best;
+            if (best > 0 && (base->nccl_best_us < 0 || best < base->nccl_best_us))
+                base->nccl_best_us = best;
+        }
+    }
+}
+
+/* One algorithm's row (one value of the swept parameter): checked and timed out of place and in
+ * place, printed and recorded; its bus bandwidth added to *bus_sum. */
+static void coll_row(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsigned op, int dtype,
+                     int algo, int var, size_t count, int graph, void *sendbuf, void *recvbuf,
+                     const ccb_row_t *base, double *bus_sum, int *bus_n) {
+    const ccb_opts_t *o = &ctx->opt;
+    const size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype), bytes = base->bytes;
+    const int n = ctx->nranks;
+    ccb_row_t row = *base;
+    if (algo == CCHAN_COLL_AUTO)
+        snprintf(row.algo, sizeof row.algo, "auto:%s",
+                 cchan_coll_algo_name(
+                     cchan_coll_select_buffers(coll, coll_op(op), bytes, sendbuf, recvbuf)));
+    else
+        snprintf(row.algo, sizeof row.algo, "%s", cchan_coll_algo_name((cchan_coll_algo_t)algo));
+    int64_t restore = 0;
+    if (o->nsweep) {
+        char v[24];
+        fmt_param(v, sizeof v, o->sweep[var]);
+        size_t l = strlen(row.algo);
+        snprintf(row.algo + l, sizeof row.algo - l, " %s=%s", o->sweep_name, v);
+        ccb_check_status(ctx, cchan_coll_get_param(coll, o->sweep_name, &restore),
+                         "cchan_coll_get_param");
+        ccb_check_status(ctx, cchan_coll_set_param(coll, o->sweep_name, o->sweep[var]),
+                         "cchan_coll_set_param");
+    }
+    int supported = algo == CCHAN_COLL_AUTO ||
+                    cchan_coll_supported(coll, coll_op(op), (cchan_coll_algo_t)algo, bytes);
+    /* Every rank must agree before a collective runs. */
+    supported = ccb_sum_over_ranks(ctx, supported) == n;
+    ccb_meas_t *m[2] = {&row.oop, &row.ip};
+    for (int ip = 0; ip < 2; ip++) {
+        m[ip]->us = -1;
+        m[ip]->wrong = -1;
+        if (!supported) continue;
+        op_arg_t a = {ctx, coll, op, dtype, algo, sendbuf, recvbuf, count};
+        if (o->check) {
+            int64_t oob;
+            int64_t w = check_op(ctx, dev, &a, ip, sendbuf, recvbuf, &oob, launch_cchan);
+            m[ip]->wrong = ccb_sum_over_ranks(ctx, w < 0 ? (int64_t)count * n : w);
+            if (!ip) row.oob = ccb_sum_over_ranks(ctx, oob < 0 ? 0 : oob);
+        } else if (ip) {
+            in_place_ptrs(op, recvbuf, count, es, ctx->rank, &a.send, &a.recv);
+        }
+        m[ip]->us = time_op(ctx, dev, &a, launch_cchan, graph);
+        if (m[ip]->wrong > 0 || m[ip]->us < 0) ctx->failed = 1;
+    }
+    if (row.oob > 0) {
+        ctx->oob_total += row.oob;
+        ctx->failed = 1;
+    }
+    if (row.oop.wrong > 0) ctx->wrong_total += row.oop.wrong;
+    if (row.ip.wrong > 0) ctx->wrong_total += row.ip.wrong;
+    double best = row.oop.us;
+    if (row.ip.us > 0 && (best < 0 || row.ip.us < best)) best = row.ip.us;
+    if (best > 0) {
+        row.algbw = (double)bytes / best / 1e3;
+        row.busbw = row.algbw * bus_factor(op, n);
+        for (int k = 0; k < 2; k++)
+            if (m[k]->us > 0) {
+                *bus_sum += (double)bytes / m[k]->us / 1e3 * bus_factor(op, n);
+                (*bus_n)++;
+            }
+        if (row.nccl_best_us > 0) row.speedup = row.nccl_best_us / best;
+    }
+    print_coll_row(ctx, &row, op);
+    add_row(ctx, &row);
+    if (o->nsweep)
+        ccb_check_status(ctx, cchan_coll_set_param(coll, o->sweep_name, restore),
+                         "cchan_coll_set_param");
+}
+
 static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsigned op, int dtype,
                        void *sendbuf, void *recvbuf, sym_buf_t *sym) {
     const ccb_opts_t *o = &ctx->opt;
@@ -369,104 +479,14 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
         base.graph = graph;
         base.nccl_us[0] = base.nccl_us[1] = base.nccl_best_us = -1;
         base.oob = -1;
-        /* NCCL once per size, shared by every algorithm row. */
-        if (ctx->have_nccl) {
-            for (int mode = 0; mode < 2; mode++) {
-                if (mode == 1 && !ctx->have_nccl_sym) continue;
-                void *s = mode ? sym[0].ptr : sendbuf, *r = mode ? sym[1].ptr : recvbuf;
-                double best = -1;
-                for (int ip = 0; ip < 2; ip++) {
-                    op_arg_t a = {ctx, coll, op, dtype, 0, s, r, count};
-                    if (ip) in_place_ptrs(op, r, count, es, ctx->rank, &a.send, &a.recv);
-                    if (o->check && mode == 0 && ip == 0 && bytes <= (16u << 20)) {
-                        /* Validates the checker itself on NCCL's result. */
-                        int64_t oob;
-                        int64_t wrong = ccb_sum_over_ranks(
-                            ctx, check_op(ctx, dev, &a, 0, s, r, &oob, launch_nccl));
-                        if (wrong != 0)
-                            ccb_printf(ctx,
-                                       "# warning: NCCL's own result has %lld wrong elements "
-                                       "at %zu bytes\n",
-                                       (long long)wrong, bytes);
-                        a.send = s;
-                        a.recv = r;
-                    }
-                    double us = time_op(ctx, dev, &a, launch_nccl, graph);
-                    if (us > 0 && (best < 0 || us < best)) best = us;
-                }
-                base.nccl_us[mode] = best;
-                if (best > 0 && (base.nccl_best_us < 0 || best < base.nccl_best_us))
-                    base.nccl_best_us = best;
-            }
-        }
+        coll_nccl_times(ctx, dev, coll, op, dtype, count, graph, sendbuf, recvbuf, sym, &base);
         const int nvariants = o->nsweep ? o->nsweep : 1;
         for (int vi = 0; vi < nvariants * CCHAN_COLL_ALGO_COUNT; vi++) {
             const int algo = vi / nvariants, var = vi % nvariants;
             if (o->algo >= 0 && algo != o->algo) continue;
             if (o->algo < 0 && algo == CCHAN_COLL_AUTO) continue; /* -a all: the named ones */
-            ccb_row_t row = base;
-            if (algo == CCHAN_COLL_AUTO)
-                snprintf(row.algo, sizeof row.algo, "auto:%s",
-                         cchan_coll_algo_name(cchan_coll_select_buffers(coll, coll_op(op), bytes,
-                                                                        sendbuf, recvbuf)));
-            else
-                snprintf(row.algo, sizeof row.algo, "%s",
-                         cchan_coll_algo_name((cchan_coll_algo_t)algo));
-            int64_t restore = 0;
-            if (o->nsweep) {
-                char v[24];
-                fmt_param(v, sizeof v, o->sweep[var]);
-                size_t l = strlen(row.algo);
-                snprintf(row.algo + l, sizeof row.algo - l, " %s=%s", o->sweep_name, v);
-                ccb_check_status(ctx, cchan_coll_get_param(coll, o->sweep_name, &restore),
-                                 "cchan_coll_get_param");
-                ccb_check_status(ctx, cchan_coll_set_param(coll, o->sweep_name, o->sweep[var]),
-                                 "cchan_coll_set_param");
-            }
-            int supported = algo == CCHAN_COLL_AUTO ||
-                            cchan_coll_supported(coll, coll_op(op), (cchan_coll_algo_t)algo, bytes);
-            /* Every rank must agree before a collective runs. */
-            supported = ccb_sum_over_ranks(ctx, supported) == n;
-            ccb_meas_t *m[2] = {&row.oop, &row.ip};
-            for (int ip = 0; ip < 2; ip++) {
-                m[ip]->us = -1;
-                m[ip]->wrong = -1;
-                if (!supported) continue;
-                op_arg_t a = {ctx, coll, op, dtype, algo, sendbuf, recvbuf, count};
-                if (o->check) {
-                    int64_t oob;
-                    int64_t w = check_op(ctx, dev, &a, ip, sendbuf, recvbuf, &oob, launch_cchan);
-                    m[ip]->wrong = ccb_sum_over_ranks(ctx, w < 0 ? (int64_t)count * n : w);
-                    if (!ip) row.oob = ccb_sum_over_ranks(ctx, oob < 0 ? 0 : oob);
-                } else if (ip) {
-                    in_place_ptrs(op, recvbuf, count, es, ctx->rank, &a.send, &a.recv);
-                }
-                m[ip]->us = time_op(ctx, dev, &a, launch_cchan, graph);
-                if (m[ip]->wrong > 0 || m[ip]->us < 0) ctx->failed = 1;
-            }
-            if (row.oob > 0) {
-                ctx->oob_total += row.oob;
-                ctx->failed = 1;
-            }
-            if (row.oop.wrong > 0) ctx->wrong_total += row.oop.wrong;
-            if (row.ip.wrong > 0) ctx->wrong_total += row.ip.wrong;
-            double best = row.oop.us;
-            if (row.ip.us > 0 && (best < 0 || row.ip.us < best)) best = row.ip.us;
-            if (best > 0) {
-                row.algbw = (double)bytes / best / 1e3;
-                row.busbw = row.algbw * bus_factor(op, n);
-                for (int k = 0; k < 2; k++)
-                    if (m[k]->us > 0) {
-                        bus_sum += (double)bytes / m[k]->us / 1e3 * bus_factor(op, n);
-                        bus_n++;
-                    }
-                if (row.nccl_best_us > 0) row.speedup = row.nccl_best_us / best;
-            }
-            print_coll_row(ctx, &row, op);
-            add_row(ctx, &row);
-            if (o->nsweep)
-                ccb_check_status(ctx, cchan_coll_set_param(coll, o->sweep_name, restore),
-                                 "cchan_coll_set_param");
+            coll_row(ctx, dev, coll, op, dtype, algo, var, count, graph, sendbuf, recvbuf, &base,
+                     &bus_sum, &bus_n);
         }
         if (base.nccl_best_us > 0) {
             nccl_bus_sum += (double)bytes / base.nccl_best_us / 1e3 * bus_factor(op, n);
@@ -575,6 +595,129 @@ static int64_t fused_check(ccb_ctx_t *ctx, ccb_dev_t *dev, const fused_data_t *d
     return bad;
 }
 
+/* The buffers of the fused rows of one hidden size. */
+typedef struct fused_bufs {
+    void *x, *res, *w, *ar, *out, *y;
+    sym_buf_t sx, sar; /* NCCL symmetric windows, where sym */
+    int sym;
+} fused_bufs_t;
+
+/* One row: random inputs, the fused kernel (auto and each protocol) and the unfused paths, each
+ * checked against the reference and timed; printed and recorded. */
+static void fused_row(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, cchan_fused_rmsnorm_t *f,
+                      const fused_bufs_t *B, uint32_t tokens, uint32_t hidden) {
+    const ccb_opts_t *o = &ctx->opt;
+    size_t n = (size_t)tokens * hidden, bytes = n * 2;
+    fused_data_t d;
+    d.x_all = (uint16_t *)malloc(bytes * (size_t)ctx->nranks);
+    d.res = (uint16_t *)malloc(bytes);
+    d.w = (uint16_t *)malloc(hidden * 2u);
+    if (!d.x_all || !d.res || !d.w) ccb_die(ctx, "out of memory");
+    uint64_t seed = mix64(ctx->seed + tokens * 131u + hidden);
+    for (int r = 0; r < ctx->nranks; r++)
+        for (size_t i = 0; i < n; i++)
+            d.x_all[(size_t)r * n + i] = rand_bf16(seed + (uint64_t)r, i, 0.25f);
+    for (size_t i = 0; i < n; i++) d.res[i] = rand_bf16(seed ^ 0xabcdefu, i, 0.125f);
+    for (uint32_t i = 0; i < hidden; i++) d.w[i] = rand_bf16(seed ^ 0x5151u, i, 0.0625f);
+    const uint16_t *mine = d.x_all + (size_t)ctx->rank * n;
+    if (dev->h2d(B->x, mine, bytes) < 0 || dev->h2d(B->res, d.res, bytes) < 0 ||
+        dev->h2d(B->w, d.w, hidden * 2u) < 0)
+        ccb_die(ctx, "copy of the inputs failed");
+    if (B->sym && dev->h2d(B->sx.ptr, mine, bytes) < 0) ccb_die(ctx, "copy of the inputs failed");
+
+    ccb_row_t row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.op, sizeof row.op, "fused");
+    snprintf(row.dtype, sizeof row.dtype, "bfloat16");
+    row.tokens = tokens;
+    row.hidden = hidden;
+    row.bytes = bytes;
+    row.count = n;
+    row.graph = o->graph_launches > 0;
+    row.oob = -1;
+    row.nccl_us[0] = row.nccl_us[1] = row.nccl_best_us = row.unfused_cchan_us = -1;
+    cchan_fused_proto_t auto_proto = cchan_fused_rmsnorm_select(f, tokens);
+    snprintf(row.algo, sizeof row.algo, "%s", cchan_fused_proto_name(auto_proto));
+    int64_t wrong = 0;
+    for (int p = 0; p < 4; p++) {
+        /* p 3: LL with rows spread over several blocks, to show what that buys. */
+        fused_arg_t a = {ctx,    f,      coll,   p == 3 ? CCHAN_FUSED_LL : p,
+                         B->x,   B->res, B->w,   B->ar,
+                         B->out, B->y,   tokens, hidden};
+        if (p == 3) cchan_fused_rmsnorm_set_split(f, 0);
+        if (o->check) {
+            int64_t b = fused_check(ctx, dev, &d, &a);
+            wrong += b < 0 ? (int64_t)n : b;
+        }
+        row.fused_us[p] = time_op(ctx, dev, &a, launch_fused, row.graph);
+        if (p == 3) cchan_fused_rmsnorm_set_split(f, 1);
+    }
+    /* The unfused paths: cchan all-reduce, NCCL default, NCCL symmetric; each + kernel. */
+    for (int u = 0; u < 3; u++) {
+        if (u >= 1 && !ctx->have_nccl) continue;
+        if (u == 2 && !B->sym) continue;
+        fused_arg_t a = {ctx,
+                         f,
+                         coll,
+                         -1 - u,
+                         u == 2 ? B->sx.ptr : B->x,
+                         B->res,
+                         B->w,
+                         u == 2 ? B->sar.ptr : B->ar,
+                         B->out,
+                         B->y,
+                         tokens,
+                         hidden};
+        if (o->check) {
+            int64_t b = fused_check(ctx, dev, &d, &a);
+            if (u == 0)
+                wrong += b < 0 ? (int64_t)n : b;
+            else if (b != 0)
+                ccb_printf(ctx,
+                           "# note: NCCL + kernel differs from the reference in %lld "
+                           "elements (tokens %u)\n",
+                           (long long)b, tokens);
+        }
+        double us = time_op(ctx, dev, &a, launch_fused, row.graph);
+        if (u == 0)
+            row.unfused_cchan_us = us;
+        else
+            row.nccl_us[u - 1] = us;
+        if (u >= 1 && us > 0 && (row.nccl_best_us < 0 || us < row.nccl_best_us))
+            row.nccl_best_us = us;
+    }
+    row.oop.us = row.fused_us[0];
+    row.oop.wrong = o->check ? ccb_sum_over_ranks(ctx, wrong) : -1;
+    row.ip.us = -1;
+    row.ip.wrong = -1;
+    if (row.oop.wrong > 0) {
+        ctx->wrong_total += row.oop.wrong;
+        ctx->failed = 1;
+    }
+    if (row.fused_us[0] < 0) ctx->failed = 1;
+    double base = row.nccl_best_us > 0 ? row.nccl_best_us : row.unfused_cchan_us;
+    if (base > 0 && row.fused_us[0] > 0) row.speedup = base / row.fused_us[0];
+    char t[8][16], wr[24];
+    fmt_us(t[0], sizeof t[0], row.fused_us[0]);
+    fmt_us(t[1], sizeof t[1], row.fused_us[1]);
+    fmt_us(t[2], sizeof t[2], row.fused_us[3]);
+    fmt_us(t[3], sizeof t[3], row.fused_us[2]);
+    fmt_us(t[4], sizeof t[4], row.unfused_cchan_us);
+    fmt_us(t[5], sizeof t[5], row.nccl_us[0]);
+    fmt_us(t[6], sizeof t[6], row.nccl_us[1]);
+    fmt_us(t[7], sizeof t[7], row.nccl_best_us);
+    fmt_wrong(wr, sizeof wr, row.oop.wrong);
+    char ratio[16] = "-";
+    if (row.speedup > 0) snprintf(ratio, sizeof ratio, "%.3f", 1.0 / row.speedup);
+    ccb_printf(ctx, "  %6u %6u %10llu  %-9s %8s %8s %9s %8s  %10s %10s %10s %9s  %7s %6s\n", tokens,
+               hidden, (unsigned long long)bytes, row.algo, t[0], t[1], t[2], t[3], t[4], t[5],
+               t[6], t[7], ratio, wr);
+    add_row(ctx, &row);
+    free(d.x_all);
+    free(d.res);
+    free(d.w);
+}
+
 static void bench_fused(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll) {
     const ccb_opts_t *o = &ctx->opt;
     uint32_t max_tokens = 1;
@@ -596,134 +739,35 @@ static void bench_fused(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll) {
         if (st < 0)
             ccb_die(ctx, "cchan_fused_rmsnorm_create: %s", cchan_fused_rmsnorm_last_error());
         size_t maxb = (size_t)max_tokens * hidden * 2;
-        void *x = dev->alloc(maxb), *res = dev->alloc(maxb), *w = dev->alloc(hidden * 2u);
-        void *ar = dev->alloc(maxb), *out = dev->alloc(maxb), *y = dev->alloc(maxb);
-        if (!x || !res || !w || !ar || !out || !y) ccb_die(ctx, "out of device memory");
+        fused_bufs_t B;
+        memset(&B, 0, sizeof B);
+        B.x = dev->alloc(maxb), B.res = dev->alloc(maxb), B.w = dev->alloc(hidden * 2u);
+        B.ar = dev->alloc(maxb), B.out = dev->alloc(maxb), B.y = dev->alloc(maxb);
+        if (!B.x || !B.res || !B.w || !B.ar || !B.out || !B.y) ccb_die(ctx, "out of device memory");
         /* Registered, the cchan unfused path may use its zero-copy algorithms; it works without. */
-        if (cchan_coll_register(coll, x, maxb) < 0 || cchan_coll_register(coll, ar, maxb) < 0)
+        if (cchan_coll_register(coll, B.x, maxb) < 0 || cchan_coll_register(coll, B.ar, maxb) < 0)
             ccb_printf(ctx, "# note: cchan_coll_register failed (%s); cchan+k uses scratch\n",
                        cchan_coll_last_error());
-        sym_buf_t sx, sar;
-        int sym =
-            ctx->have_nccl_sym && sym_alloc(ctx, maxb, &sx) == 0 && sym_alloc(ctx, maxb, &sar) == 0;
-        sym = ccb_sum_over_ranks(ctx, sym) == ctx->nranks;
+        B.sym = ctx->have_nccl_sym && sym_alloc(ctx, maxb, &B.sx) == 0 &&
+                sym_alloc(ctx, maxb, &B.sar) == 0;
+        B.sym = ccb_sum_over_ranks(ctx, B.sym) == ctx->nranks;
         for (int ti = 0; ti < o->ntokens; ti++) {
-            uint32_t tokens = o->tokens[ti];
-            size_t n = (size_t)tokens * hidden, bytes = n * 2;
-            fused_data_t d;
-            d.x_all = (uint16_t *)malloc(bytes * (size_t)ctx->nranks);
-            d.res = (uint16_t *)malloc(bytes);
-            d.w = (uint16_t *)malloc(hidden * 2u);
-            if (!d.x_all || !d.res || !d.w) ccb_die(ctx, "out of memory");
-            uint64_t seed = mix64(ctx->seed + tokens * 131u + hidden);
-            for (int r = 0; r < ctx->nranks; r++)
-                for (size_t i = 0; i < n; i++)
-                    d.x_all[(size_t)r * n + i] = rand_bf16(seed + (uint64_t)r, i, 0.25f);
-            for (size_t i = 0; i < n; i++) d.res[i] = rand_bf16(seed ^ 0xabcdefu, i, 0.125f);
-            for (uint32_t i = 0; i < hidden; i++) d.w[i] = rand_bf16(seed ^ 0x5151u, i, 0.0625f);
-            const uint16_t *mine = d.x_all + (size_t)ctx->rank * n;
-            if (dev->h2d(x, mine, bytes) < 0 || dev->h2d(res, d.res, bytes) < 0 ||
-                dev->h2d(w, d.w, hidden * 2u) < 0)
-                ccb_die(ctx, "copy of the inputs failed");
-            if (sym && dev->h2d(sx.ptr, mine, bytes) < 0) ccb_die(ctx, "copy of the inputs failed");
-
-            ccb_row_t row;
-            memset(&row, 0, sizeof row);
-            snprintf(row.op, sizeof row.op, "fused");
-            snprintf(row.dtype, sizeof row.dtype, "bfloat16");
-            row.tokens = tokens;
-            row.hidden = hidden;
-            row.bytes = bytes;
-            row.count = n;
-            row.graph = o->graph_launches > 0;
-            row.oob = -1;
-            row.nccl_us[0] = row.nccl_us[1] = row.nccl_best_us = row.unfused_cchan_us = -1;
-            cchan_fused_proto_t auto_proto = cchan_fused_rmsnorm_select(f, tokens);
-            snprintf(row.algo, sizeof row.algo, "%s", cchan_fused_proto_name(auto_proto));
-            int64_t wrong = 0;
-            for (int p = 0; p < 4; p++) {
-                /* p 3: LL with rows spread over several blocks, to show what that buys. */
-                fused_arg_t a = {ctx, f,   coll,   p == 3 ? CCHAN_FUSED_LL : p,
-                                 x,   res, w,      ar,
-                                 out, y,   tokens, hidden};
-                if (p == 3) cchan_fused_rmsnorm_set_split(f, 0);
-                if (o->check) {
-                    int64_t b = fused_check(ctx, dev, &d, &a);
-                    wrong += b < 0 ? (int64_t)n : b;
-                }
-                row.fused_us[p] = time_op(ctx, dev, &a, launch_fused, row.graph);
-                if (p == 3) cchan_fused_rmsnorm_set_split(f, 1);
-            }
-            /* The unfused paths: cchan all-reduce, NCCL default, NCCL symmetric; each + kernel. */
-            for (int u = 0; u < 3; u++) {
-                if (u >= 1 && !ctx->have_nccl) continue;
-                if (u == 2 && !sym) continue;
-                fused_arg_t a = {
-                    ctx, f, coll,   -1 - u, u == 2 ? sx.ptr : x, res, w, u == 2 ? sar.ptr : ar,
-                    out, y, tokens, hidden};
-                if (o->check) {
-                    int64_t b = fused_check(ctx, dev, &d, &a);
-                    if (u == 0)
-                        wrong += b < 0 ? (int64_t)n : b;
-                    else if (b != 0)
-                        ccb_printf(ctx,
-                                   "# note: NCCL + kernel differs from the reference in %lld "
-                                   "elements (tokens %u)\n",
-                                   (long long)b, tokens);
-                }
-                double us = time_op(ctx, dev, &a, launch_fused, row.graph);
-                if (u == 0)
-                    row.unfused_cchan_us = us;
-                else
-                    row.nccl_us[u - 1] = us;
-                if (u >= 1 && us > 0 && (row.nccl_best_us < 0 || us < row.nccl_best_us))
-                    row.nccl_best_us = us;
-            }
-            row.oop.us = row.fused_us[0];
-            row.oop.wrong = o->check ? ccb_sum_over_ranks(ctx, wrong) : -1;
-            row.ip.us = -1;
-            row.ip.wrong = -1;
-            if (row.oop.wrong > 0) {
-                ctx->wrong_total += row.oop.wrong;
-                ctx->failed = 1;
-            }
-            if (row.fused_us[0] < 0) ctx->failed = 1;
-            double base = row.nccl_best_us > 0 ? row.nccl_best_us : row.unfused_cchan_us;
-            if (base > 0 && row.fused_us[0] > 0) row.speedup = base / row.fused_us[0];
-            char t[8][16], wr[24];
-            fmt_us(t[0], sizeof t[0], row.fused_us[0]);
-            fmt_us(t[1], sizeof t[1], row.fused_us[1]);
-            fmt_us(t[2], sizeof t[2], row.fused_us[3]);
-            fmt_us(t[3], sizeof t[3], row.fused_us[2]);
-            fmt_us(t[4], sizeof t[4], row.unfused_cchan_us);
-            fmt_us(t[5], sizeof t[5], row.nccl_us[0]);
-            fmt_us(t[6], sizeof t[6], row.nccl_us[1]);
-            fmt_us(t[7], sizeof t[7], row.nccl_best_us);
-            fmt_wrong(wr, sizeof wr, row.oop.wrong);
-            char ratio[16] = "-";
-            if (row.speedup > 0) snprintf(ratio, sizeof ratio, "%.3f", 1.0 / row.speedup);
-            ccb_printf(ctx, "  %6u %6u %10llu  %-9s %8s %8s %9s %8s  %10s %10s %10s %9s  %7s %6s\n",
-                       tokens, hidden, (unsigned long long)bytes, row.algo, t[0], t[1], t[2], t[3],
-                       t[4], t[5], t[6], t[7], ratio, wr);
-            add_row(ctx, &row);
-            free(d.x_all);
-            free(d.res);
-            free(d.w);
+            fused_row(ctx, dev, coll, f, &B, o->tokens[ti], hidden);
         }
         dev->sync();
         ccb_check_status(ctx, cchan_bootstrap_barrier(ctx->bs), "barrier");
-        if (sym) {
-            sym_free(ctx, &sx);
-            sym_free(ctx, &sar);
+        if (B.sym) {
+            sym_free(ctx, &B.sx);
+            sym_free(ctx, &B.sar);
         }
-        cchan_coll_deregister(coll, x);
-        cchan_coll_deregister(coll, ar);
-        dev->free(x);
-        dev->free(res);
-        dev->free(w);
-        dev->free(ar);
-        dev->free(out);
-        dev->free(y);
+        cchan_coll_deregister(coll, B.x);
+        cchan_coll_deregister(coll, B.ar);
+        dev->free(B.x);
+        dev->free(B.res);
+        dev->free(B.w);
+        dev->free(B.ar);
+        dev->free(B.out);
+        dev->free(B.y);
         st = cchan_fused_rmsnorm_destroy(f);
         if (st < 0)
             ccb_die(ctx, "cchan_fused_rmsnorm_destroy: %s", cchan_fused_rmsnorm_last_error());
@@ -757,8 +801,9 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
         if (st < 0) ccb_die(ctx, "-T %s: %s", o->params[i].name, cchan_coll_last_error());
     }
     {
-        static const char *const names[] = {"ce_lanes",  "ce_chunk", "ce_sm_permille", "ce_local",
-                                            "ll_spread", "pdl",      "zc_block_bytes", "port_ring"};
+        static const char *const names[] = {"ce_lanes",       "ce_chunk",   "ce_sm_permille",
+                                            "ce_rs",          "ce_regions", "pdl",
+                                            "zc_block_bytes", "zc_ag_max",  "zc_rs_max"};
         char line[256];
         size_t len = 0;
         for (size_t i = 0; i < sizeof names / sizeof names[0] && len < sizeof line; i++) {
@@ -775,9 +820,9 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
     unsigned colls = o->ops & (CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER);
     if (colls) {
         /* A whole number of 2 MiB: cudaMalloc maps a size that is not one with small pages,
-         * and copy-engine copies between two GPUs that both send then run at 250-310 GB/s
-         * instead of 389 (2xH200, cchan-bw-probe and docs/collectives.md). nccl-tests' buffers
-         * (a power of two) and PyTorch's cached blocks (2 MiB multiples) are such sizes too. */
+         * and copy-engine copies between two GPUs that both send then slow down (docs/tuning.md,
+         * "2 MiB pages"). nccl-tests' buffers (a power of two) and PyTorch's cached blocks (2 MiB
+         * multiples) are such sizes too. */
         const size_t page = (size_t)2 << 20;
         size_t bytes = ((size_t)o->max_bytes + CCB_GUARD + page - 1) / page * page + o->alloc_pad;
         void *sendbuf = dev->alloc(bytes), *recvbuf = dev->alloc(bytes);

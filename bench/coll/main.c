@@ -140,7 +140,7 @@ static void usage(FILE *f) {
             "  -o, --op OP              allreduce | allgather | reducescatter | fused | all "
             "(default allreduce; repeatable)\n"
             "  -d, --datatype T         float | half | bfloat16 | all (default float)\n"
-            "  -a, --algo A             auto | ll | hb | switch | port | ce | all (default auto)\n"
+            "  -a, --algo A             auto | ll | hb | switch | ce | all (default auto)\n"
             "  -b, --minbytes SIZE      smallest size (default 1K; suffixes K, M, G)\n"
             "  -e, --maxbytes SIZE      largest size (default 64M)\n"
             "  -f, --stepfactor F       multiply the size by F each step (default 2)\n"
@@ -211,19 +211,52 @@ static int parse_algo(const char *s) {
     if (!strcmp(s, "ll")) return CCHAN_COLL_LL_ALLPAIRS;
     if (!strcmp(s, "hb")) return CCHAN_COLL_HB_ALLPAIRS;
     if (!strcmp(s, "switch")) return CCHAN_COLL_SWITCH;
-    if (!strcmp(s, "port")) return CCHAN_COLL_PORT_RING;
     if (!strcmp(s, "ce")) return CCHAN_COLL_CE_ALLPAIRS;
     for (int a = 0; a < CCHAN_COLL_ALGO_COUNT; a++)
         if (!strcmp(s, cchan_coll_algo_name((cchan_coll_algo_t)a))) return a;
     return -2;
 }
 
-int main(int argc, char **argv) {
-    ccb_ctx_t ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.t0 = ccb_now();
-    ctx.rank = -1;
-    ccb_opts_t *o = &ctx.opt;
+/* -o: one op more (or all). */
+static int parse_op(const char *s, ccb_opts_t *o) {
+    if (!strcmp(s, "allreduce"))
+        o->ops |= CCB_OP_ALLREDUCE;
+    else if (!strcmp(s, "allgather"))
+        o->ops |= CCB_OP_ALLGATHER;
+    else if (!strcmp(s, "reducescatter"))
+        o->ops |= CCB_OP_REDUCESCATTER;
+    else if (!strcmp(s, "fused"))
+        o->ops |= CCB_OP_FUSED;
+    else if (!strcmp(s, "all"))
+        o->ops |= CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER | CCB_OP_FUSED;
+    else
+        return 1;
+    return 0;
+}
+
+/* -d: one dtype more (the first -d replaces the default), or all. */
+static int parse_dtype(const char *s, ccb_opts_t *o, int *dtypes_set) {
+    if (!*dtypes_set) o->ndtypes = 0;
+    *dtypes_set = 1;
+    int bad = 0;
+    if (!strcmp(s, "float"))
+        o->dtypes[o->ndtypes++ % 3] = CCHAN_COLL_F32;
+    else if (!strcmp(s, "half"))
+        o->dtypes[o->ndtypes++ % 3] = CCHAN_COLL_F16;
+    else if (!strcmp(s, "bfloat16"))
+        o->dtypes[o->ndtypes++ % 3] = CCHAN_COLL_BF16;
+    else if (!strcmp(s, "all")) {
+        o->dtypes[0] = CCHAN_COLL_F32;
+        o->dtypes[1] = CCHAN_COLL_F16;
+        o->dtypes[2] = CCHAN_COLL_BF16;
+        o->ndtypes = 3;
+    } else
+        bad = 1;
+    if (o->ndtypes > 3) o->ndtypes = 3;
+    return bad;
+}
+
+static void set_defaults(ccb_opts_t *o) {
     o->min_bytes = 1 << 10;
     o->max_bytes = 64 << 20;
     o->factor = 2;
@@ -239,7 +272,11 @@ int main(int argc, char **argv) {
     o->ntokens = 5;
     memcpy(o->hiddens, dhid, sizeof dhid);
     o->nhiddens = 2;
+}
 
+/* The command line into ctx->opt; -1 to go on, else main's exit status. */
+static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
+    ccb_opts_t *o = &ctx->opt;
     enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP, OPT_PAD };
     static const struct option longopts[] = {{"op", required_argument, 0, 'o'},
                                              {"datatype", required_argument, 0, 'd'},
@@ -267,38 +304,8 @@ int main(int argc, char **argv) {
     int c, bad = 0, dtypes_set = 0;
     while ((c = getopt_long(argc, argv, "o:d:a:b:e:f:i:n:w:r:c:G:J:T:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'o':
-            if (!strcmp(optarg, "allreduce"))
-                o->ops |= CCB_OP_ALLREDUCE;
-            else if (!strcmp(optarg, "allgather"))
-                o->ops |= CCB_OP_ALLGATHER;
-            else if (!strcmp(optarg, "reducescatter"))
-                o->ops |= CCB_OP_REDUCESCATTER;
-            else if (!strcmp(optarg, "fused"))
-                o->ops |= CCB_OP_FUSED;
-            else if (!strcmp(optarg, "all"))
-                o->ops |= CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER | CCB_OP_FUSED;
-            else
-                bad = 1;
-            break;
-        case 'd':
-            if (!dtypes_set) o->ndtypes = 0;
-            dtypes_set = 1;
-            if (!strcmp(optarg, "float"))
-                o->dtypes[o->ndtypes++ % 3] = CCHAN_COLL_F32;
-            else if (!strcmp(optarg, "half"))
-                o->dtypes[o->ndtypes++ % 3] = CCHAN_COLL_F16;
-            else if (!strcmp(optarg, "bfloat16"))
-                o->dtypes[o->ndtypes++ % 3] = CCHAN_COLL_BF16;
-            else if (!strcmp(optarg, "all")) {
-                o->dtypes[0] = CCHAN_COLL_F32;
-                o->dtypes[1] = CCHAN_COLL_F16;
-                o->dtypes[2] = CCHAN_COLL_BF16;
-                o->ndtypes = 3;
-            } else
-                bad = 1;
-            if (o->ndtypes > 3) o->ndtypes = 3;
-            break;
+        case 'o': bad = parse_op(optarg, o); break;
+        case 'd': bad = parse_dtype(optarg, o, &dtypes_set); break;
         case 'a':
             o->algo = parse_algo(optarg);
             bad = o->algo == -2;
@@ -354,10 +361,19 @@ int main(int argc, char **argv) {
         o->dtypes[0] = CCHAN_COLL_F32;
         o->ndtypes = 1;
     }
-    size_t len = 0;
-    for (int i = 0; i < argc && len + 2 < sizeof ctx.command; i++)
-        len += (size_t)snprintf(ctx.command + len, sizeof ctx.command - len, "%s%s", i ? " " : "",
-                                i ? argv[i] : "cchan-coll-bench");
+    cb_join_args(ctx->command, sizeof ctx->command, argc, argv, "cchan-coll-bench");
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    ccb_ctx_t ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.t0 = ccb_now();
+    ctx.rank = -1;
+    ccb_opts_t *o = &ctx.opt;
+    set_defaults(o);
+    int rc = parse_args(argc, argv, &ctx);
+    if (rc >= 0) return rc;
 
     cchan_bootstrap_t *bs = NULL;
     int st = cchan_bootstrap_create_from_env(&bs);
@@ -397,7 +413,7 @@ int main(int argc, char **argv) {
     if (!dev)
         ccb_die(&ctx, "this cchan-coll-bench was built without support for platform %d",
                 (int)ctx.platform);
-    int rc = ccb_run(&ctx, dev);
+    rc = ccb_run(&ctx, dev);
     ccb_check_status(&ctx, cchan_bootstrap_barrier(ctx.bs), "barrier");
     if (o->json && ccb_json_write(&ctx, o->json) == 0) ccb_printf(&ctx, "# wrote %s\n", o->json);
     ccb_printf(&ctx, "# %.1f s\n", ccb_now() - ctx.t0);

@@ -1,8 +1,8 @@
 /* cchan_coll: collectives built from cchan channels (an example library users copy from, and the
  * engine behind libcchan_nccl). Every rank of a cchan communicator on one host takes part.
  *
- * Setup is done once: cchan_coll_create() builds memory channels to every peer, port channels on a
- * proxy, scratch buffers and semaphores; every call afterwards only launches kernels, so calls are
+ * Setup is done once: cchan_coll_create() builds memory channels to every peer, scratch buffers
+ * and semaphores; every call afterwards only launches kernels and copy-engine copies, so calls are
  * capturable in CUDA graphs and replay correctly any number of times.
  *
  * Buffers: send/recv may be any device memory of this rank. Buffers registered with
@@ -43,10 +43,9 @@ typedef enum cchan_coll_algo {
     CCHAN_COLL_AUTO = 0,        /* the size-based selector (cchan_coll_select) */
     CCHAN_COLL_LL_ALLPAIRS = 1, /* one phase, LL packets on memory channels (small messages) */
     CCHAN_COLL_HB_ALLPAIRS = 2, /* two phase all-pairs, HB memory channels */
-    CCHAN_COLL_SWITCH = 3,    /* two phase on switch channels (portable path unless NVLS opt-in) */
-    CCHAN_COLL_PORT_RING = 4, /* ring on port channels, reduction overlapped with the DMA */
-    CCHAN_COLL_CE_ALLPAIRS = 5, /* copy engines write the peers' outputs, SMs reduce (large) */
-    CCHAN_COLL_ALGO_COUNT = 6
+    CCHAN_COLL_SWITCH = 3, /* two phase on switch channels (portable path unless NVLS opt-in) */
+    CCHAN_COLL_CE_ALLPAIRS = 4, /* copy engines write the peers' outputs, SMs reduce (large) */
+    CCHAN_COLL_ALGO_COUNT = 5
 } cchan_coll_algo_t;
 
 #define CCHAN_COLL_CONFIG_MAGIC 0x63636331u /* "ccc1" */
@@ -68,10 +67,7 @@ int cchan_coll_destroy(cchan_coll_t *coll); /* collective */
 
 /* Collective: registers [ptr, ptr+bytes) of this rank for zero-copy use by later calls. */
 int cchan_coll_register(cchan_coll_t *coll, void *ptr, size_t bytes);
-/* Collective: later calls stop using the buffer; the caller may free it once this returns. The
- * PORT_RING port channels a registration made live as long as cchan_coll's proxy, so the
- * semaphores and mappings they name (peers keep the buffer's pages mapped) are released by
- * cchan_coll_destroy, not here. */
+/* Collective: later calls stop using the buffer; the caller may free it once this returns. */
 int cchan_coll_deregister(cchan_coll_t *coll, void *ptr);
 
 /* recv[i] = sum over ranks of send[i], i < count. send == recv is in place. */
@@ -89,7 +85,7 @@ int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, void *recv, s
  * CCHAN_COLL_AUTO starts from it and then looks at its buffers (cchan_coll_select_buffers). */
 cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes);
 /* What CCHAN_COLL_AUTO runs for a call on these buffers (send and recv as the call takes them):
- * the selector's row, except that the copy-engine and port-ring rows run HB all-pairs where the
+ * the selector's row, except that the copy-engine rows run HB all-pairs where the
  * call's buffers are not registered (CE AllReduce also without 2 MiB pages or with ce_rs 0), and
  * a ReduceScatter above 512 KiB on a registered send runs HB all-pairs (zero-copy) instead of LL.
  * (HB all-pairs runs zero-copy on registered buffers within zc_ag_max / zc_rs_max / 16 MiB.) */
@@ -102,10 +98,11 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
 
 /* Tuning parameters of the copy-engine and zero-copy paths, by name, for measuring sweeps
  * (cchan-coll-bench -T / --sweep). Defaults come from CCHAN_COLL_<NAME> (upper case) in the
- * environment at cchan_coll_create, else from built-in values measured on 2xH200
- * (docs/collectives.md lists them). A value applies to calls made after it is set (a captured
- * graph keeps the values of its capture); every rank must set the same values between the same
- * calls. -EINVAL for an unknown name or a value out of range, -ENOENT from get for an unknown name.
+ * environment at cchan_coll_create, else from built-in values measured on two GPUs
+ * (docs/collectives.md lists them, docs/tuning.md has the figures). A value applies to calls made
+ * after it is set (a captured graph keeps the values of its capture); every rank must set the same
+ * values between the same calls. -EINVAL for an unknown name or a value out of range, -ENOENT from
+ * get for an unknown name.
  *   ce_lanes        1..8      CUDA streams the copy engines' copies are spread over (default 1)
  *   ce_chunk        >= 4 KiB  CE AllReduce: bytes of each shard pushed and reduced per kernel
  *                             before the copy engines copy the result out (the pipeline's chunk;
@@ -116,8 +113,6 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *                             the copy engines; -1 (default): 0 where every rank's send and recv
  *                             allocations are whole numbers of 2 MiB (2 MiB pages) for AllGather
  *                             from 512 MiB and AllReduce with ce_rs, else 400
- *   ce_local        0 or 1    CE AllGather out of place: this rank's own block copied by a copy
- *                             engine (1, default) or by the SMs (0)
  *   zc_block_bytes  >= 1 KiB  zero-copy AllReduce, AllGather, ReduceScatter: bytes a block
  *                             moves (sets the grid; 32 KiB)
  *   zc_ag_max       >= 0      HB AllGather on a registered recv: zero-copy (stores straight into
@@ -129,29 +124,17 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *   ce_rs           -1..1     CE AllReduce: the copy engines push the reduce-scatter's shards
  *                             too (1) or the SMs do (0); -1 (default): 1 where every rank's send
  *                             and recv allocations are whole numbers of 2 MiB
- *   ce_ramp         0..2      CE AllReduce with ce_rs: the last three chunks 1/2, 1/4, 1/8 of
- *                             ce_chunk (2), and the first three 1/8, 1/4, 1/2 too (1), or all
- *                             equal (0, default)
  *   ce_regions      2..8      CE AllReduce with ce_rs: staging regions; the copy engines push up
  *                             to ce_regions - 1 chunks ahead of the reduction (default 3)
- *   ce_rs_lanes     1..8      CE AllReduce with ce_rs: streams for the shard pushes, chunk k on
- *                             stream k % ce_rs_lanes (at most ce_regions; default 1: back to back
- *                             in chunk order)
- *   ll_spread       0 or 1    LL kernels: packets dealt to the blocks a warp at a time (1, default)
- *                             or a contiguous run per block (0)
  *   pdl             0 or 1    kernels of calls up to 2 MiB launch as programmatic dependents of
- *                             the stream's previous kernel on sm_90+ (1, default) or plainly (0)
- *   port_ring       0 or 1    registrations made while it is 1 (default) build PORT_RING's port
- *                             channels, which keep the registration's semaphores and mappings until
- *                             cchan_coll_destroy; at 0 they build none, PORT_RING refuses their
- *                             buffers, and deregistration releases everything at once */
+ *                             the stream's previous kernel on sm_90+ (1, default) or plainly (0) */
 int cchan_coll_set_param(cchan_coll_t *coll, const char *name, int64_t value);
 int cchan_coll_get_param(const cchan_coll_t *coll, const char *name, int64_t *out);
 size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
 
-/* The calling thread's last cchan_coll error with its context: this library's own message when its
- * last failing call found the problem itself (bad argument, unsupported size), else
- * cchan_last_error() (the runtime call that failed). "" if none. */
+/* The calling thread's last error: the same message as cchan_last_error(), which cchan_coll's own
+ * failures (bad argument, unsupported size) write too, with the runtime call's message after
+ * theirs where one failed under them. "" if none. */
 const char *cchan_coll_last_error(void);
 
 #ifdef __cplusplus

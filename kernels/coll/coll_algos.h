@@ -36,14 +36,6 @@ CCHAN_EXTERN_C_BEGIN
 
 enum coll_kernel_dtype { COLL_F32 = 0, COLL_F16 = 1, COLL_BF16 = 2 };
 
-/* PORT_RING: one block's port channels for one registered buffer. */
-typedef struct coll_ring_lane {
-    cchan_port_channel_t to_scratch;   /* this buffer -> next rank's scratch */
-    cchan_port_channel_t to_self;      /* this buffer -> next rank's same registration */
-    cchan_port_channel_t from_scratch; /* waits for the previous rank's to_scratch signals */
-    cchan_port_channel_t from_self;    /* waits for the previous rank's to_self signals */
-} coll_ring_lane_t;
-
 /* Everything a collective kernel needs, passed by value. */
 typedef struct coll_args {
     const uint8_t *send;
@@ -57,24 +49,18 @@ typedef struct coll_args {
     uint8_t *peer_scratch[COLL_MAX_RANKS];    /* every rank's scratch mapped here ([rank] = own) */
     const uint8_t *peer_send[COLL_MAX_RANKS]; /* zero-copy: registered send buffers, mapped here */
     uint8_t *peer_recv[COLL_MAX_RANKS];       /* zero-copy: registered recv buffers, mapped here */
-    uint64_t ll_off, ll_slot; /* LL region: offset, bytes of one (parity, source) slot */
-    uint64_t hb_off, hb_slot; /* HB region: offset, bytes of one (region, source) slot */
-    uint32_t *ll_epoch;       /* device memory, one counter per LL block */
-    const struct coll_ring_lane *ring_send; /* PORT_RING: send's registration, per block */
-    const struct coll_ring_lane *ring_recv; /* PORT_RING: recv's registration, per block */
-    uint64_t send_off, recv_off;      /* PORT_RING: offsets of send/recv in their registrations */
-    uint64_t ring_off, ring_chunk;    /* PORT_RING: receive slots (two per block) in scratch */
-    const cchan_semaphore_t *credits; /* PORT_RING: [block][0: to prev, 1: from next] */
-    cchan_switch_channel_t sw;        /* SWITCH: over every rank's scratch */
-    uint64_t sw_off, sw_chunk;        /* SWITCH: inputs at sw_off, results at sw_off + sw_chunk */
-    const cchan_semaphore_t *sems;    /* device memory: [block][peer index], nranks - 1 per block */
-    cchan_wait_ctl_t ll_ctl;          /* deadline for LL packet waits */
-    uint64_t part_off, part_len;      /* CE_RS: chunk [part_off, +part_len) of every rank's shard */
+    uint64_t ll_off, ll_slot;      /* LL region: offset, bytes of one (parity, source) slot */
+    uint64_t hb_off, hb_slot;      /* HB region: offset, bytes of one (region, source) slot */
+    uint32_t *ll_epoch;            /* device memory, one counter per LL block */
+    cchan_switch_channel_t sw;     /* SWITCH: over every rank's scratch */
+    uint64_t sw_off, sw_chunk;     /* SWITCH: inputs at sw_off, results at sw_off + sw_chunk */
+    const cchan_semaphore_t *sems; /* device memory: [block][peer index], nranks - 1 per block */
+    cchan_wait_ctl_t ll_ctl;       /* deadline for LL packet waits */
+    uint64_t part_off, part_len;   /* CE_RS: chunk [part_off, +part_len) of every rank's shard */
     uint64_t sm_len; /* CE_RS: elements (AG_PUSH: bytes) of the chunk the SMs store into every
                         peer's recv; the copy engines move the rest */
     uint64_t ce_off, ce_slot; /* CE_RS: staging in scratch, regions x peers (coll_ce_slot) */
     uint32_t ce_region;       /* CE_RS: the chunk's staging region */
-    uint32_t ll_spread;       /* LL: packets dealt to blocks a warp at a time (coll_ll_index) */
     uint32_t ce_big_pages;    /* CE_ALLPAIRS: send's and recv's allocations have 2 MiB pages */
     uint32_t pdl;             /* host: launch as a programmatic dependent (coll.c, pdl) */
     uint32_t ce_pushed;       /* CE_RS: the copy engines already put the shards in the slots */
@@ -298,15 +284,15 @@ CCHAN_DEVICE_INLINE void coll_ll_end(const coll_args_t *a, uint32_t block, uint3
     if (tid == 0) a->ll_epoch[block] = flag;
 }
 
-/* The first packet a thread of an LL kernel handles (it then steps by nblocks * nthreads). With
- * spread, consecutive warps go to consecutive blocks, so a message of a few thousand packets is
- * sent and polled from every block's SM rather than from the first few: one SM's remote stores
- * are what limit a small message (2xH200: a 16 KiB AllGather from 2 of 16 blocks). Any bijection
+/* The first packet a thread of an LL kernel handles (it then steps by nblocks * nthreads).
+ * Consecutive warps go to consecutive blocks, so a message of a few thousand packets is sent and
+ * polled from every block's SM rather than from the first few: one SM's remote stores are what
+ * limit a small message (docs/tuning.md, "LL packet spread"). Any bijection
  * onto [0, nblocks * nthreads) works here: the slots' reuse rule holds kernel by kernel (see
  * above), not block by block. */
-CCHAN_HOST_DEVICE_INLINE uint64_t coll_ll_index(const coll_args_t *a, uint32_t block,
-                                                uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
-    if (!a->ll_spread || nthreads % 32u) return (uint64_t)block * nthreads + tid;
+CCHAN_HOST_DEVICE_INLINE uint64_t coll_ll_index(uint32_t block, uint32_t nblocks, uint32_t tid,
+                                                uint32_t nthreads) {
+    if (nthreads % 32u) return (uint64_t)block * nthreads + tid;
     return ((uint64_t)(tid / 32u) * nblocks + block) * 32u + tid % 32u;
 }
 
@@ -330,7 +316,7 @@ CCHAN_DEVICE_INLINE void coll_ll_put_all(const coll_args_t *a, const uint8_t *sr
 CCHAN_DEVICE_INLINE int coll_ll_allreduce_body(const coll_args_t *a, int dt, uint32_t block,
                                                uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
     uint32_t flag = coll_ll_begin(a, block);
-    uint64_t gtid = coll_ll_index(a, block, nblocks, tid, nthreads);
+    uint64_t gtid = coll_ll_index(block, nblocks, tid, nthreads);
     uint64_t gthreads = (uint64_t)nblocks * nthreads;
     uint64_t bytes = a->count * a->esize, npk = (bytes + 7) / 8;
     int r = CCHAN_OK;
@@ -361,7 +347,7 @@ CCHAN_DEVICE_INLINE int coll_ll_allreduce_body(const coll_args_t *a, int dt, uin
 CCHAN_DEVICE_INLINE int coll_ll_allgather_body(const coll_args_t *a, uint32_t block,
                                                uint32_t nblocks, uint32_t tid, uint32_t nthreads) {
     uint32_t flag = coll_ll_begin(a, block);
-    uint64_t gtid = coll_ll_index(a, block, nblocks, tid, nthreads);
+    uint64_t gtid = coll_ll_index(block, nblocks, tid, nthreads);
     uint64_t gthreads = (uint64_t)nblocks * nthreads;
     uint64_t bytes = a->count * a->esize, npk = (bytes + 7) / 8;
     int r = CCHAN_OK;
@@ -392,7 +378,7 @@ CCHAN_DEVICE_INLINE int coll_ll_reducescatter_body(const coll_args_t *a, int dt,
                                                    uint32_t nblocks, uint32_t tid,
                                                    uint32_t nthreads) {
     uint32_t flag = coll_ll_begin(a, block);
-    uint64_t gtid = coll_ll_index(a, block, nblocks, tid, nthreads);
+    uint64_t gtid = coll_ll_index(block, nblocks, tid, nthreads);
     uint64_t gthreads = (uint64_t)nblocks * nthreads;
     uint64_t bytes = a->count * a->esize, npk = (bytes + 7) / 8;
     int r = CCHAN_OK;
@@ -739,225 +725,6 @@ CCHAN_DEVICE_INLINE int coll_zc_allgather_body(const coll_args_t *a, uint32_t bl
     if (r) return r;
     (void)coll_ag_push_body(a, block, nblocks, tid, nthreads);
     return coll_hb_barrier(a, block, tid);
-}
-
-/* ------------------------------------------------------------------ PORT_RING (zero-copy)
- *
- * A ring over port channels: copy engines move the data while the SMs reduce. Shard k of the
- * message ends its reduce-scatter trip at rank k: it starts at k + 1, and at step s rank r sends
- * shard r - 1 - s (its input at step 0, its partial sum in recv afterwards) into the next rank's
- * scratch and reduces shard r - 2 - s arriving from the previous rank. Each block owns a piece of
- * every shard, moved in chunks of ring_chunk bytes through two receive slots; the receiver returns
- * a credit (a memory-channel signal) when it has consumed a slot. A chunk's final sum is put into
- * the next rank's recv right away (the all-gather, overlapped with the rest of the reduce-scatter)
- * and forwarded around the ring as it arrives. Send and recv are registered buffers at the same
- * offsets on every rank; the last arrivals and a flush end the kernel, so no DMA still reads a
- * buffer when the call is done. */
-
-/* AllGather issues its puts back to back; a block keeps at most this many in flight (a flush in
- * between), so 32 blocks cannot flood the proxy with hundreds of outstanding copies at once. */
-#define COLL_RING_AG_INFLIGHT 2u
-
-typedef struct coll_ring_plan {
-    uint64_t shard, per, lane, rounds;
-} coll_ring_plan_t;
-
-CCHAN_DEVICE_INLINE coll_ring_plan_t coll_ring_plan_make(const coll_args_t *a, uint64_t shard,
-                                                         uint32_t nblocks) {
-    coll_ring_plan_t pl;
-    uint64_t vec = COLL_VEC / a->esize;
-    pl.shard = shard;
-    pl.per = coll_round_up((shard + nblocks - 1) / nblocks, vec);
-    pl.lane = a->ring_chunk / a->esize;
-    pl.rounds = (pl.per + pl.lane - 1) / pl.lane;
-    if (pl.rounds == 0) pl.rounds = 1; /* every block takes part, even with nothing to move */
-    return pl;
-}
-
-/* Elements [*off, *off + *cnt) of shard k (of `count` elements) for chunk j of `block`. */
-CCHAN_DEVICE_INLINE void coll_ring_chunk(const coll_ring_plan_t *pl, uint64_t count, int k,
-                                         uint32_t block, uint64_t j, uint64_t *off, uint64_t *cnt) {
-    uint64_t s0 = coll_min_u64((uint64_t)k * pl->shard, count);
-    uint64_t len = coll_min_u64(pl->shard, count - s0);
-    uint64_t p0 = coll_min_u64((uint64_t)block * pl->per, len);
-    uint64_t plen = coll_min_u64(pl->per, len - p0);
-    uint64_t c0 = coll_min_u64(j * pl->lane, plen);
-    *off = s0 + p0 + c0;
-    *cnt = coll_min_u64(pl->lane, plen - c0);
-}
-
-/* Reduce-scatter chunk k (step k / rounds): credit, then put into the next rank's slot k % 2. */
-CCHAN_DEVICE_INLINE int coll_ring_rs_send(const coll_args_t *a, const coll_ring_plan_t *pl,
-                                          uint32_t block, uint64_t k) {
-    const int n = a->nranks;
-    uint64_t s = k / pl->rounds, j = k % pl->rounds, off, cnt;
-    int ks = (int)((a->rank - 1 - (int)s + 2 * n) % n);
-    coll_ring_chunk(pl, a->count, ks, block, j, &off, &cnt);
-    int r = CCHAN_OK;
-    if (k >= 2) r = cchan_semaphore_wait(&a->credits[2 * block + 1]);
-    if (r) return r;
-    const cchan_port_channel_t *ch =
-        s == 0 ? &a->ring_send[block].to_scratch : &a->ring_recv[block].to_scratch;
-    uint64_t src = (s == 0 ? a->send_off : a->recv_off) + off * a->esize;
-    uint64_t dst = a->ring_off + ((uint64_t)block * 2 + (k & 1)) * a->ring_chunk;
-    if (s > 0) cchan_fence_acq_rel_sys(); /* the partial sums this block stored, before the DMA */
-    return cchan_port_channel_put_signal(ch, dst, src, cnt * a->esize);
-}
-
-CCHAN_DEVICE_INLINE int coll_ring_allreduce_body(const coll_args_t *a, int dt, uint32_t block,
-                                                 uint32_t nblocks, uint32_t tid,
-                                                 uint32_t nthreads) {
-    const uint32_t es = a->esize;
-    const int n = a->nranks, me = a->rank;
-    const coll_ring_plan_t pl = coll_ring_plan_make(
-        a, coll_round_up((a->count + n - 1) / (uint32_t)n, COLL_VEC / es), nblocks);
-    const coll_ring_lane_t *ls = &a->ring_send[block], *lr = &a->ring_recv[block];
-    const uint64_t total = (uint64_t)(n - 1) * pl.rounds;
-    uint8_t *slots = a->scratch + a->ring_off + (uint64_t)block * 2 * a->ring_chunk;
-    int r = CCHAN_OK;
-    if (tid == 0) r = coll_ring_rs_send(a, &pl, block, 0);
-    for (uint64_t k = 0; k < total; k++) {
-        uint64_t s = k / pl.rounds, j = k % pl.rounds, off, cnt;
-        int kr = (int)((me - 2 - (int)s + 2 * n) % n);
-        coll_ring_chunk(&pl, a->count, kr, block, j, &off, &cnt);
-        if (tid == 0 && r == CCHAN_OK) {
-            r = cchan_port_channel_wait(s == 0 ? &ls->from_scratch : &lr->from_scratch);
-            /* look ahead: the next chunk goes out while this one is reduced, when its source is
-             * ready (an input, or a partial sum reduced an earlier round) */
-            uint64_t k1 = k + 1;
-            if (r == CCHAN_OK && k1 < total && (k1 / pl.rounds == 0 || pl.rounds >= 2))
-                r = coll_ring_rs_send(a, &pl, block, k1);
-        }
-        cchan_block_sync();
-        {
-            const uint8_t *srcs[2] = {a->send + off * es, slots + (k & 1) * a->ring_chunk};
-            uint8_t *dst = a->recv + off * es;
-            coll_reduce(&dst, 1, srcs, 2, cnt, es, dt, tid, nthreads);
-        }
-        cchan_block_sync();
-        if (tid == 0 && r == CCHAN_OK) {
-            uint64_t k1 = k + 1;
-            if (k + 2 < total) cchan_semaphore_signal(&a->credits[2 * block]); /* slot free */
-            if (k1 < total && !(k1 / pl.rounds == 0 || pl.rounds >= 2))
-                r = coll_ring_rs_send(a, &pl, block, k1);
-            if (r == CCHAN_OK && s == (uint64_t)(n - 2)) { /* kr == me: a final sum */
-                cchan_fence_acq_rel_sys();
-                r = cchan_port_channel_put_signal(&lr->to_self, a->recv_off + off * es,
-                                                  a->recv_off + off * es, cnt * es);
-            }
-        }
-    }
-    /* all-gather: forward what arrives, then wait for the last arrivals */
-    for (int t = 1; t < n && tid == 0 && r == CCHAN_OK; t++)
-        for (uint64_t j = 0; j < pl.rounds && r == CCHAN_OK; j++) {
-            r = cchan_port_channel_wait(&lr->from_self);
-            if (r || t == n - 1) continue;
-            uint64_t off, cnt;
-            coll_ring_chunk(&pl, a->count, (me - t + n) % n, block, j, &off, &cnt);
-            r = cchan_port_channel_put_signal(&lr->to_self, a->recv_off + off * es,
-                                              a->recv_off + off * es, cnt * es);
-        }
-    if (tid == 0 && r == CCHAN_OK) r = cchan_port_channel_flush(&lr->to_self);
-    if (tid == 0 && r == CCHAN_OK) r = cchan_port_channel_flush(&ls->to_scratch);
-    if (tid == 0 && r == CCHAN_OK && lr != ls) r = cchan_port_channel_flush(&lr->to_scratch);
-    cchan_block_sync();
-    return r;
-}
-
-/* AllGather on the ring: my block into my recv slot (unless in place), then the same forwarding as
- * AllReduce's second half. A rank barrier first: the next rank must have entered this call (its
- * recv's old contents consumed, nothing of the last call still forwarded) before we write into it.
- */
-CCHAN_DEVICE_INLINE int coll_ring_allgather_body(const coll_args_t *a, uint32_t block,
-                                                 uint32_t nblocks, uint32_t tid,
-                                                 uint32_t nthreads) {
-    const uint32_t es = a->esize;
-    const int n = a->nranks, me = a->rank;
-    const coll_ring_plan_t pl = coll_ring_plan_make(a, a->count, nblocks);
-    const coll_ring_lane_t *lr = &a->ring_recv[block];
-    const uint64_t total = (uint64_t)n * a->count;
-    uint32_t inflight = 0; /* puts since the last flush: at most COLL_RING_AG_INFLIGHT per block */
-    int r = coll_hb_barrier(a, block, tid);
-    for (uint64_t j = 0; j < pl.rounds && r == CCHAN_OK; j++) {
-        uint64_t off, cnt;
-        coll_ring_chunk(&pl, total, me, block, j, &off, &cnt);
-        if (!a->in_place)
-            cchan_copy(a->recv + off * es, a->send + (off - (uint64_t)me * a->count) * es, cnt * es,
-                       tid, nthreads);
-        cchan_block_sync();
-        if (tid == 0) {
-            if (inflight == COLL_RING_AG_INFLIGHT) {
-                r = cchan_port_channel_flush(&lr->to_self);
-                inflight = 0;
-            }
-            cchan_fence_acq_rel_sys();
-            if (r == CCHAN_OK)
-                r = cchan_port_channel_put_signal(&lr->to_self, a->recv_off + off * es,
-                                                  a->recv_off + off * es, cnt * es);
-            inflight++;
-        }
-    }
-    for (int t = 1; t < n && tid == 0 && r == CCHAN_OK; t++)
-        for (uint64_t j = 0; j < pl.rounds && r == CCHAN_OK; j++) {
-            r = cchan_port_channel_wait(&lr->from_self);
-            if (r || t == n - 1) continue;
-            uint64_t off, cnt;
-            coll_ring_chunk(&pl, total, (me - t + n) % n, block, j, &off, &cnt);
-            if (inflight == COLL_RING_AG_INFLIGHT) {
-                r = cchan_port_channel_flush(&lr->to_self);
-                inflight = 0;
-            }
-            if (r == CCHAN_OK)
-                r = cchan_port_channel_put_signal(&lr->to_self, a->recv_off + off * es,
-                                                  a->recv_off + off * es, cnt * es);
-            inflight++;
-        }
-    if (tid == 0 && r == CCHAN_OK) r = cchan_port_channel_flush(&lr->to_self);
-    cchan_block_sync();
-    return r;
-}
-
-/* ReduceScatter on two ranks: the peer's block of my input to its scratch, reduce what arrives. */
-CCHAN_DEVICE_INLINE int coll_ring_reducescatter_body(const coll_args_t *a, int dt, uint32_t block,
-                                                     uint32_t nblocks, uint32_t tid,
-                                                     uint32_t nthreads) {
-    const uint32_t es = a->esize;
-    const int me = a->rank, peer = 1 - a->rank;
-    const coll_ring_plan_t pl = coll_ring_plan_make(a, a->count, nblocks);
-    const coll_ring_lane_t *ls = &a->ring_send[block];
-    uint8_t *slots = a->scratch + a->ring_off + (uint64_t)block * 2 * a->ring_chunk;
-    const uint64_t total = pl.rounds;
-    int r = CCHAN_OK;
-    for (uint64_t k = 0; k < total; k++) {
-        uint64_t off, cnt;
-        coll_ring_chunk(&pl, a->count, 0, block, k, &off, &cnt);
-        if (tid == 0 && r == CCHAN_OK) {
-            if (k >= 2) r = cchan_semaphore_wait(&a->credits[2 * block + 1]);
-            uint64_t dst = a->ring_off + ((uint64_t)block * 2 + (k & 1)) * a->ring_chunk;
-            if (r == CCHAN_OK)
-                r = cchan_port_channel_put_signal(
-                    &ls->to_scratch, dst, a->send_off + ((uint64_t)peer * a->count + off) * es,
-                    cnt * es);
-            if (r == CCHAN_OK) r = cchan_port_channel_wait(&ls->from_scratch);
-        }
-        cchan_block_sync();
-        const uint8_t *srcs[2] = {a->send + ((uint64_t)me * a->count + off) * es,
-                                  slots + (k & 1) * a->ring_chunk};
-        uint8_t *dst = a->recv + off * es;
-        coll_reduce(&dst, 1, srcs, 2, cnt, es, dt, tid, nthreads);
-        cchan_block_sync();
-        if (tid == 0 && r == CCHAN_OK && k + 2 < total)
-            cchan_semaphore_signal(&a->credits[2 * block]);
-    }
-    /* A last credit each way: the peer has consumed both slots before our next call refills them
-     * (nothing else orders that: this call ends on our own reductions). */
-    if (tid == 0 && r == CCHAN_OK) {
-        cchan_semaphore_signal(&a->credits[2 * block]);
-        r = cchan_semaphore_wait(&a->credits[2 * block + 1]);
-    }
-    if (tid == 0 && r == CCHAN_OK) r = cchan_port_channel_flush(&ls->to_scratch);
-    cchan_block_sync();
-    return r;
 }
 
 /* ------------------------------------------------------------------ SWITCH (two phase)

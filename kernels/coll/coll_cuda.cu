@@ -54,11 +54,6 @@ __device__ static inline void coll_pdl_enter(void) {
         coll_pdl_enter();                                                                          \
         (void)coll_zc_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);  \
     }                                                                                              \
-    __global__ void COLL_KERNEL_BOUNDS k_ring_allreduce_##suffix(                                  \
-        const __grid_constant__ coll_args_t a) {                                                   \
-        coll_pdl_enter();                                                                          \
-        (void)coll_ring_allreduce_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);    \
-    }                                                                                              \
     __global__ void COLL_KERNEL_BOUNDS k_switch_allreduce_##suffix(                                \
         const __grid_constant__ coll_args_t a) {                                                   \
         coll_pdl_enter();                                                                          \
@@ -67,12 +62,6 @@ __device__ static inline void coll_pdl_enter(void) {
     __global__ void COLL_KERNEL_BOUNDS k_ce_rs_##suffix(const __grid_constant__ coll_args_t a) {   \
         coll_pdl_enter();                                                                          \
         (void)coll_ce_rs_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);             \
-    }                                                                                              \
-    __global__ void COLL_KERNEL_BOUNDS k_ring_reducescatter_##suffix(                              \
-        const __grid_constant__ coll_args_t a) {                                                   \
-        coll_pdl_enter();                                                                          \
-        (void)coll_ring_reducescatter_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x,             \
-                                           blockDim.x);                                            \
     }
 
 COLL_DEFINE_KERNELS(COLL_F32, f32)
@@ -88,10 +77,6 @@ __global__ void COLL_KERNEL_BOUNDS k_ll_allgather(const __grid_constant__ coll_a
 __global__ void COLL_KERNEL_BOUNDS k_hb_allgather(const __grid_constant__ coll_args_t a) {
     coll_pdl_enter();
     (void)coll_hb_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
-}
-__global__ void COLL_KERNEL_BOUNDS k_ring_allgather(const __grid_constant__ coll_args_t a) {
-    coll_pdl_enter();
-    (void)coll_ring_allgather_body(&a, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
 }
 
 __global__ void COLL_KERNEL_BOUNDS k_barrier(const __grid_constant__ coll_args_t a) {
@@ -119,9 +104,6 @@ static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
     case COLL_K_HB_ALLGATHER: return k_hb_allgather;
     case COLL_K_HB_REDUCESCATTER: return COLL_PICK(k_hb_reducescatter);
     case COLL_K_ZC_ALLREDUCE: return COLL_PICK(k_zc_allreduce);
-    case COLL_K_RING_ALLREDUCE: return COLL_PICK(k_ring_allreduce);
-    case COLL_K_RING_ALLGATHER: return k_ring_allgather;
-    case COLL_K_RING_REDUCESCATTER: return COLL_PICK(k_ring_reducescatter);
     case COLL_K_SWITCH_ALLREDUCE: return COLL_PICK(k_switch_allreduce);
     case COLL_K_BARRIER: return k_barrier;
     case COLL_K_CE_RS: return COLL_PICK(k_ce_rs);
@@ -226,7 +208,7 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
 
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (cuMemGetAddressRange). cudaMalloc
  * maps any other size with small pages, and copy-engine copies between two GPUs that both send
- * then fall from 389 to 250-310 GB/s on 2xH200 (cchan-bw-probe --pad). 0 when unknown. */
+ * then slow down by a fifth or more (docs/tuning.md, "2 MiB pages"). 0 when unknown. */
 int colli_cuda_big_pages(int device, const void *ptr) {
     typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
     static range_fn fn;

@@ -1,4 +1,8 @@
-/* cchan_coll internals shared by the host runtime (coll.c) and the CUDA launcher (coll_cuda.cu). */
+/* cchan_coll internals shared by the host runtime and the CUDA launcher (coll_cuda.cu). The host
+ * runtime is cut by concern: coll.c (create, destroy, registration), coll_param.c (tuning
+ * parameters, names, errors), coll_scratch.c (scratch layout), coll_select.c (which algorithm
+ * runs), coll_launch.c (running one body), coll_ce.c (copy-engine orchestration) and coll_ops.c
+ * (the collectives' entry points). */
 #ifndef CCHAN_COLL_INTERNAL_H
 #define CCHAN_COLL_INTERNAL_H
 
@@ -18,9 +22,6 @@ typedef enum coll_kernel {
     COLL_K_HB_ALLGATHER,
     COLL_K_HB_REDUCESCATTER,
     COLL_K_ZC_ALLREDUCE,
-    COLL_K_RING_ALLREDUCE,
-    COLL_K_RING_ALLGATHER,
-    COLL_K_RING_REDUCESCATTER,
     COLL_K_SWITCH_ALLREDUCE,
     COLL_K_BARRIER, /* one block */
     COLL_K_CE_RS,
@@ -65,6 +66,94 @@ int colli_error(int status, const char *where, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* A cchan runtime call `what` failed: its own message prefixed with ours. */
+int colli_wrap(int status, const char *where, const char *what);
+/* A cchan_coll entry point starts: no error of its own yet. */
+void colli_clear_error(void);
+
+/* ------------------------------------------------------------------ the host runtime */
+
+#define COLL_KiB ((size_t)1 << 10)
+#define COLL_MiB ((size_t)1 << 20)
+#define COLL_HOST_BLOCKS_MAX 64 /* max_blocks on the host platform (one thread each) */
+
+/* Tuning parameters (cchan_coll_set_param; coll_param.c holds their names, defaults and limits). */
+enum {
+    COLL_P_CE_LANES,
+    COLL_P_CE_CHUNK,
+    COLL_P_CE_SM_PERMILLE,
+    COLL_P_ZC_BLOCK_BYTES,
+    COLL_P_PDL,
+    COLL_P_CE_RS,
+    COLL_P_CE_REGIONS,
+    COLL_P_ZC_AG_MAX,
+    COLL_P_ZC_RS_MAX,
+    COLL_PARAM_COUNT
+};
+
+/* A buffer registered with cchan_coll_register, mapped from every rank. */
+typedef struct coll_reg {
+    struct coll_reg *next;
+    uint8_t *ptr;
+    size_t bytes;
+    cchan_mem_t *mem;
+    cchan_mem_t *peers[COLL_MAX_RANKS];
+    int big_pages; /* every rank's allocation is a whole number of 2 MiB */
+} coll_reg_t;
+
+struct cchan_coll {
+    cchan_comm_t *comm;
+    int rank, nranks, device;
+    cchan_platform_t platform;
+    uint32_t nthreads, ll_blocks, hb_blocks;
+    size_t scratch_bytes;
+    cchan_mem_t *scratch;
+    cchan_mem_t *peer_scratch[COLL_MAX_RANKS];
+    cchan_sem_set_t *sems;
+    cchan_semaphore_t *sems_dev;     /* [hb_blocks][nranks - 1] */
+    uint32_t *ll_epoch_dev;          /* [ll_blocks] */
+    cchan_switch_t *sw_owner;        /* SWITCH: the switch channel over every rank's scratch */
+    colli_ce_t *ce;                  /* CE_ALLPAIRS: copy-engine lanes (CUDA) */
+    int64_t param[COLL_PARAM_COUNT]; /* cchan_coll_set_param */
+    coll_args_t base;                /* fields every call shares */
+    coll_reg_t *regs;
+};
+
+/* coll_param.c: every parameter's default, or its CCHAN_COLL_<NAME> value from the environment
+ * (-EINVAL naming the variable when one is malformed or out of range). */
+int colli_params_init(int64_t param[COLL_PARAM_COUNT], const char *where);
+
+/* coll_scratch.c: the scratch layout for `scratch` bytes on nranks ranks. Sets the LL, HB, CE and
+ * SWITCH areas' offsets and slots (and nranks) in *a, lowers *hb_blocks so every HB lane moves 256
+ * bytes or more, and returns the bytes to allocate (a little more than asked for: see the file), or
+ * 0 when `scratch` is too small. */
+size_t colli_scratch_layout(size_t scratch, int nranks, uint32_t *hb_blocks, coll_args_t *a);
+/* Bytes of a CE staging slot when the CE area is cut into `regions` regions of a slot per peer. */
+uint64_t colli_ce_slot_bytes(const coll_args_t *a, int regions);
+
+/* coll.c: the registration holding [p, p + bytes), or NULL. */
+const coll_reg_t *colli_find_reg(const cchan_coll_t *c, const void *p, size_t bytes);
+
+/* coll_select.c: picks the algorithm for a call on `bytes` of send and recv (CCHAN_COLL_AUTO: the
+ * selector's row for these buffers) and checks that it can run; for CE_ALLPAIRS, and for HB
+ * all-pairs when it runs zero-copy (colli_zc), maps the peers' buffers into `a`. */
+int colli_pick(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t *algo, size_t bytes,
+               const void *send, const void *recv, coll_args_t *a, const char *where);
+/* Whether HB all-pairs runs zero-copy on these regions; with `a`, maps the peers' buffers. */
+int colli_zc(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes, const void *send,
+             const void *recv, coll_args_t *a);
+
+/* coll_launch.c: one kernel (CUDA: on `stream`; host platform: nblocks CPU threads, returning when
+ * every block is done), the one-block barrier kernel, and the grids. */
+int colli_run(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a, uint32_t nblocks,
+              void *stream, const char *where);
+int colli_run_barrier(cchan_coll_t *c, const coll_args_t *a, void *stream, const char *where);
+uint32_t colli_hb_grid(const cchan_coll_t *c, size_t bytes_per_rank);
+uint32_t colli_zc_grid(const cchan_coll_t *c, size_t bytes);
+
+/* coll_ce.c: CE all-pairs AllReduce and AllGather on registered buffers (`a` mapped). */
+int colli_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream, const char *where);
+int colli_ce_allgather(cchan_coll_t *c, coll_args_t *a, void *stream, const char *where);
 
 #ifdef __cplusplus
 }

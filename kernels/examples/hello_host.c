@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cchan/cchan.h"
+#include "example_check.h"
 
 #define COUNT (1 << 20) /* floats each rank sends */
 #define NTHREADS 4      /* CPU threads that share the put, like the threads of a block */
@@ -25,15 +26,6 @@ static void *put_share(void *p) {
     cchan_memory_channel_put(s->ch, s->bytes, 0, s->bytes, s->tid, NTHREADS);
     return NULL;
 }
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "%s: %s: %s\n", #call, cchan_strerror(s_), cchan_last_error());        \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 int main(void) {
     cchan_bootstrap_t *bs;

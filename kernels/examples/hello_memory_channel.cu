@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cchan/cchan.h"
+#include "example_check.h"
 
 #define COUNT (1 << 20) /* floats each rank sends */
 
@@ -22,23 +23,6 @@ __global__ void exchange(const __grid_constant__ cchan_memory_channel_t ch, uint
         cchan_memory_channel_wait(&ch);   /* acquire: the peer's data is now in our second half */
     }
 }
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "%s: %s: %s\n", #call, cchan_strerror(s_), cchan_last_error());        \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-#define CUDA_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                            \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 int main(void) {
     cchan_bootstrap_t *bs;

@@ -50,8 +50,8 @@ int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void 
 
 /* Blocks per row for the LL protocol. 1 (the default): one block per row. 0: spread a row over up
  * to 16 blocks when there are few tokens (min(16, 128 / tokens)); the blocks then add their partial
- * sums of squares through device memory. On 2xH200 spreading measured 1-3 us slower at 1-32
- * tokens (cchan-coll-bench -o fused, column ll:spread), so it is off by default. 2..16: fixed.
+ * sums of squares through device memory. Spreading measured slower at 1-32 tokens
+ * (docs/tuning.md, "Fused RMSNorm"), so it is off by default. 2..16: fixed.
  * Every rank must set the same value. */
 int cchan_fused_rmsnorm_set_split(cchan_fused_rmsnorm_t *f, uint32_t split);
 
@@ -66,7 +66,8 @@ int cchan_fused_residual_rmsnorm(cchan_platform_t platform, const void *ar, cons
                                  const void *weight, float eps, void *residual_out, void *y,
                                  uint32_t tokens, uint32_t hidden, void *stream);
 
-/* The calling thread's last error of this library, or "". */
+/* The calling thread's last error: the same message as cchan_last_error(), which this library's
+ * failures write too. "" if none. */
 const char *cchan_fused_rmsnorm_last_error(void);
 
 #ifdef __cplusplus

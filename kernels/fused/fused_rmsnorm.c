@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan/last_error.h"
 #include "fused_rmsnorm_internal.h"
 
-/* Up to this many bytes of x per rank the LL protocol wins: it saves the signal round trip
- * (about 1.5 us on NVLink) at the price of twice the bytes on the wire. */
+/* Up to this many bytes of x per rank the LL protocol wins: it saves the signal round trip at the
+ * price of twice the bytes on the wire (docs/tuning.md, "Fused RMSNorm"). */
 #define CCHAN_FUSED_LL_MAX_BYTES (256u << 10)
 
 struct cchan_fused_rmsnorm {
@@ -28,16 +29,16 @@ struct cchan_fused_rmsnorm {
     uint32_t split;                    /* blocks per row for LL; 0: spread per call */
 };
 
-static __thread char fused_error[512];
+const char *cchan_fused_rmsnorm_last_error(void) { return cchan_last_error(); }
 
-const char *cchan_fused_rmsnorm_last_error(void) { return fused_error; }
-
+/* Every message goes into the thread's one last-error message (cchan/last_error.h). */
 int cchan_fused_error(int status, const char *fmt, ...) {
+    char msg[1024]; /* longer: the whole message is cut, with "..." */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(fused_error, sizeof fused_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return status;
+    return cchan_set_last_error(status, "%s", msg);
 }
 
 static int cchan_error(int status, const char *what) {
@@ -79,7 +80,7 @@ static void release(cchan_fused_rmsnorm_t *f) {
 
 int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t hidden,
                                cchan_fused_rmsnorm_t **out) {
-    fused_error[0] = '\0';
+    cchan_clear_last_error();
     if (!comm || !out || max_tokens == 0 || hidden == 0 || hidden % CCHAN_FUSED_VEC_ELEMS ||
         hidden > 65536)
         return cchan_fused_error(
@@ -113,7 +114,7 @@ int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t
     }
     f->max_tokens = max_tokens;
     f->hidden = hidden;
-    f->split = 1; /* measured faster than spreading rows on 2xH200 (docs/fused_rmsnorm.md) */
+    f->split = 1; /* faster than spreading rows where measured (docs/tuning.md, "Fused RMSNorm") */
     f->nchan = platform == CCHAN_PLATFORM_CUDA ? CCHAN_FUSED_GPU_BLOCKS : CCHAN_FUSED_HOST_BLOCKS;
     uint64_t slots = 2ull * (uint64_t)f->nranks * max_tokens;
     f->ll_offset = slots * cchan_fused_hb_row_bytes(hidden);
@@ -262,7 +263,7 @@ int cchan_fused_rmsnorm_set_split(cchan_fused_rmsnorm_t *f, uint32_t split) {
 int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void *residual,
                             const void *weight, float eps, void *residual_out, void *y,
                             uint32_t tokens, cchan_fused_proto_t proto, void *stream) {
-    fused_error[0] = '\0';
+    cchan_clear_last_error();
     if (!f || !x || !residual || !weight || !residual_out || !y || tokens == 0 ||
         tokens > f->max_tokens ||
         (proto != CCHAN_FUSED_AUTO && proto != CCHAN_FUSED_LL && proto != CCHAN_FUSED_HB))
@@ -308,7 +309,7 @@ int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void 
 int cchan_fused_residual_rmsnorm(cchan_platform_t platform, const void *ar, const void *residual,
                                  const void *weight, float eps, void *residual_out, void *y,
                                  uint32_t tokens, uint32_t hidden, void *stream) {
-    fused_error[0] = '\0';
+    cchan_clear_last_error();
     if (!ar || !residual || !weight || !residual_out || !y || hidden == 0 ||
         hidden % CCHAN_FUSED_VEC_ELEMS)
         return cchan_fused_error(-EINVAL, "cchan_fused_residual_rmsnorm: need every buffer and "

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cchan/last_error.h"
 #include "internal.h"
 
 #define CCHANI_ERRMSG_BYTES 1024
@@ -40,6 +41,22 @@ const char *cchan_strerror(int status) {
 const char *cchan_last_error(void) { return last_error; }
 
 void cchani_clear_error(void) { last_error[0] = '\0'; }
+
+/* The libraries' setter (cchan/last_error.h): formatted aside first, as an argument may be
+ * last_error itself; a cut message ends in "..." so the cut shows. */
+int cchan_set_last_error(int status, const char *fmt, ...) {
+    char msg[CCHANI_ERRMSG_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = snprintf(msg, sizeof msg, "(unformattable message: %s)", fmt);
+    if ((size_t)n >= sizeof msg) memcpy(msg + sizeof msg - 4, "...", 4);
+    memcpy(last_error, msg, sizeof msg);
+    return status;
+}
+
+void cchan_clear_last_error(void) { last_error[0] = '\0'; }
 
 static int record(int status, const char *where, const char *fmt, va_list ap, int wrap) {
     char msg[CCHANI_ERRMSG_BYTES];

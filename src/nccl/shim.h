@@ -8,11 +8,7 @@
 #include "cchan/cchan.h"
 #include "nccl_abi.h"
 
-#ifdef CCHAN_NCCL_HAVE_COLL
 #include "cchan_coll.h"
-#else
-typedef struct cchan_coll cchan_coll_t;
-#endif
 
 #define SHIM_API __attribute__((visibility("default")))
 #define SHIM_HIDDEN __attribute__((visibility("hidden")))
@@ -43,7 +39,7 @@ SHIM_HIDDEN int shim_foreign_comm(ncclComm_t comm);
  * fallback's `name` (see shim_foreign_comm), with `args` naming the export's own parameters. */
 #define SHIM_HAND_BACK(name, comm, args)                                                           \
     do {                                                                                           \
-        if (shim_foreign_comm(comm) && shim_real()->name) return shim_real()->name args;          \
+        if (shim_foreign_comm(comm) && shim_real()->name) return shim_real()->name args;           \
     } while (0)
 SHIM_HIDDEN const char *shim_real_why(void);
 
@@ -99,10 +95,8 @@ SHIM_HIDDEN ncclResult_t shim_fail(ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* A cchan status as an ncclResult_t, with cchan_last_error() in the message. */
 SHIM_HIDDEN ncclResult_t shim_fail_cchan(int status, const char *where);
-#ifdef CCHAN_NCCL_HAVE_COLL
 /* The same for a cchan_coll call (its message: cchan_coll_last_error()). */
 SHIM_HIDDEN ncclResult_t shim_fail_coll(int status, const char *where);
-#endif
 SHIM_HIDDEN const char *shim_last_error(void);
 SHIM_HIDDEN void shim_clear_error(void);
 

@@ -76,7 +76,6 @@ static void log_path(ncclComm_t comm, shim_op_t op, size_t count, ncclDataType_t
 
 /* ------------------------------------------------------------------ the cchan path */
 
-#ifdef CCHAN_NCCL_HAVE_COLL
 static int reduce_dtype(ncclDataType_t t, cchan_coll_dtype_t *out) {
     switch (t) {
     case ncclFloat32: *out = CCHAN_COLL_F32; return 1;
@@ -183,7 +182,6 @@ static int cchan_run_any(ncclComm_t comm, shim_op_t op, const void *send, void *
     }
     return rc;
 }
-#endif
 
 /* AllReduce, AllGather, ReduceScatter: cchan when it can, else the fallback. */
 static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_t count,
@@ -204,7 +202,6 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
     ncclResult_t res = shim_check_comm(comm, op_names[op]);
     if (res != ncclSuccess) return res;
     char why[160] = "";
-#ifdef CCHAN_NCCL_HAVE_COLL
     cchan_coll_dtype_t cdt;
     size_t ccount;
     cchan_coll_algo_t algo;
@@ -218,9 +215,6 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
         if (rc != CCHAN_ERR_UNSUPPORTED) return shim_fail_coll(rc, op_names[op]);
         snprintf(why, sizeof why, "cchan_coll refused these buffers: %s", cchan_coll_last_error());
     }
-#else
-    snprintf(why, sizeof why, "cchan paths off (%s)", comm->cchan_off);
-#endif
     const shim_real_t *r = NULL;
     ncclComm_t real = NULL;
     if (count == 0 && !comm->real) return ncclSuccess;

@@ -1,4 +1,5 @@
-/* libcchan_nccl: unique ids, communicators, groups, queries, registration.
+/* libcchan_nccl: unique ids, communicators, groups, window registration (queries and memory:
+ * shim_query.c).
  *
  * An ncclUniqueId is a cchan unique id. Initialisation bootstraps a cchan communicator with it,
  * then (when every rank loaded a fallback NCCL) rank 0 creates the fallback's own unique id and
@@ -11,6 +12,7 @@
  * of such communicators (whose teardown is collective) is destroyed when the last of them is.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,12 +75,7 @@ static int cchan_paths_wanted(char *why, size_t n) {
         snprintf(why, n, "CCHAN_NCCL_DISABLE=%s", off);
         return 0;
     }
-#ifdef CCHAN_NCCL_HAVE_COLL
     return 1;
-#else
-    snprintf(why, n, "this build has no cchan collectives library (cchan_coll)");
-    return 0;
-#endif
 }
 
 /* CCHAN_NCCL_HOST_PLATFORM=1 (tests): cchan communicators on the host platform, whose collectives
@@ -127,13 +124,11 @@ static int clique_join(struct ncclComm *c, const ncclUniqueId *id) {
 static void *cchan_side_destroy(void *arg) {
     struct ncclComm *c = arg;
     int rc = 0;
-#ifdef CCHAN_NCCL_HAVE_COLL
     if (c->coll) rc = cchan_coll_destroy(c->coll);
     if (rc) {
         shim_fail_coll(rc, "ncclCommDestroy: cchan_coll_destroy");
         return (void *)(intptr_t)rc;
     }
-#endif
     if (!rc && c->cc) rc = cchan_comm_destroy(c->cc);
     if (!rc && c->bs) rc = cchan_bootstrap_destroy(c->bs);
     if (rc) shim_fail_cchan(rc, "ncclCommDestroy (cchan side)");
@@ -277,7 +272,6 @@ static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
         cchan_bootstrap_destroy(bs);
         return res;
     }
-#ifdef CCHAN_NCCL_HAVE_COLL
     if (cchan_comm_platform(c->cc) != CCHAN_PLATFORM_CUDA && !host_platform()) {
         snprintf(c->cchan_off, sizeof c->cchan_off,
                  "the cchan communicator runs on the host platform");
@@ -285,11 +279,6 @@ static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
     }
     rc = cchan_coll_create(c->cc, NULL, &c->coll);
     if (rc) return shim_fail_coll(rc, "ncclCommInitRank: cchan_coll_create");
-    /* The selector never picks PORT_RING, and its port channels would keep every window's
-     * semaphores and mappings until the communicator goes: registrations here build none. */
-    rc = cchan_coll_set_param(c->coll, "port_ring", 0);
-    if (rc) return shim_fail_coll(rc, "ncclCommInitRank: cchan_coll_set_param(port_ring)");
-#endif
     return ncclSuccess;
 }
 
@@ -334,7 +323,6 @@ static ncclResult_t init_now(struct ncclComm *c, const ncclUniqueId *id, ncclCon
 
 /* The cchan half of ncclCommWindowRegister / Deregister (collective over the communicator). */
 static ncclResult_t window_cchan(struct ncclComm *c, pending_kind_t kind, void *ptr, size_t bytes) {
-#ifdef CCHAN_NCCL_HAVE_COLL
     if (!c->coll) return ncclSuccess;
     int rc = kind == PENDING_REGISTER ? cchan_coll_register(c->coll, ptr, bytes)
                                       : cchan_coll_deregister(c->coll, ptr);
@@ -344,7 +332,6 @@ static ncclResult_t window_cchan(struct ncclComm *c, pending_kind_t kind, void *
                                       : "ncclCommWindowDeregister: cchan_coll_deregister");
     SHIM_INFO("rank %d/%d: %s %p (%zu B) with cchan_coll", c->rank, c->nranks,
               kind == PENDING_REGISTER ? "registered" : "deregistered", ptr, bytes);
-#endif
     return ncclSuccess;
 }
 
@@ -777,7 +764,7 @@ static ncclResult_t wrap_child(ncclComm_t parent, ncclComm_t *newcomm, int color
     memset(&mine, 0, sizeof mine);
     mine.color = color;
     mine.key = key;
-    int rc = all ? 0 : -12;
+    int rc = all ? 0 : -ENOMEM;
     if (!rc && color != NCCL_SPLIT_NOCOLOR) rc = cchan_get_unique_id((cchan_unique_id_t *)&mine.id);
     if (!rc) rc = cchan_bootstrap_allgather(pbs, &mine, all, sizeof mine);
     if (rc) {
@@ -905,127 +892,4 @@ SHIM_DEFINE(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags)) {
     if (!r->ncclCommRevoke)
         return shim_fail(ncclInvalidUsage, "ncclCommRevoke: the fallback NCCL lacks it");
     return r->ncclCommRevoke(real, revokeFlags);
-}
-
-/* ------------------------------------------------------------------ queries */
-
-SHIM_DEFINE(ncclResult_t, ncclGetVersion, (int *version)) {
-    if (!version) return shim_fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
-    const shim_real_t *r = shim_real();
-    /* The fallback's version says which features work; without one, the ABI implemented here. */
-    *version = r && r->version ? r->version : NCCL_VERSION_CODE;
-    return ncclSuccess;
-}
-
-SHIM_DEFINE(const char *, ncclGetErrorString, (ncclResult_t result)) {
-    switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError:
-        return "unhandled cuda error (run with CCHAN_DEBUG=INFO and NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with CCHAN_DEBUG=INFO for details)";
-    case ncclInternalError:
-        return "internal error - please report this issue to the cchan developers";
-    case ncclInvalidArgument: return "invalid argument (run with CCHAN_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with CCHAN_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
-    }
-}
-
-SHIM_DEFINE(const char *, ncclGetLastError, (ncclComm_t comm)) {
-    if (shim_last_error()[0]) return shim_last_error();
-    const shim_real_t *r = shim_real();
-    if (r && r->ncclGetLastError) {
-        ncclComm_t real = comm && comm->magic == SHIM_COMM_MAGIC ? comm->real : NULL;
-        return r->ncclGetLastError(real);
-    }
-    return "";
-}
-
-SHIM_DEFINE(void, ncclResetDebugInit, (void)) {
-    const shim_real_t *r = shim_real();
-    if (!r) return;
-    void (*reset)(void);
-    *(void **)&reset = dlsym(r->handle, "ncclResetDebugInit");
-    if (reset) reset();
-}
-
-SHIM_DEFINE(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError)) {
-    if (!asyncError)
-        return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-    SHIM_HAND_BACK(ncclCommGetAsyncError, comm, (comm, asyncError));
-    if (!comm || comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: not a live communicator");
-    if (comm->init_error != ncclSuccess) {
-        *asyncError = comm->init_error;
-        return ncclSuccess;
-    }
-    if (comm->cc) {
-        int rc = cchan_comm_check_device(comm->cc);
-        if (rc) {
-            *asyncError = shim_fail_cchan(rc, "cchan collective");
-            return ncclSuccess;
-        }
-    }
-    const shim_real_t *r = shim_real();
-    if (comm->real && r) return r->ncclCommGetAsyncError(comm->real, asyncError);
-    *asyncError = ncclSuccess;
-    return ncclSuccess;
-}
-
-/* A child of a split or shrink inside a group learns its rank from the fallback after the group. */
-static ncclResult_t learn_rank(ncclComm_t comm) {
-    const shim_real_t *r = shim_real();
-    if (comm->rank >= 0 || !comm->real || !r) return ncclSuccess;
-    ncclResult_t res = r->ncclCommUserRank(comm->real, &comm->rank);
-    if (res == ncclSuccess) res = r->ncclCommCount(comm->real, &comm->nranks);
-    return res;
-}
-
-SHIM_DEFINE(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count)) {
-    SHIM_HAND_BACK(ncclCommCount, comm, (comm, count));
-    ncclResult_t res = shim_check_comm(comm, "ncclCommCount");
-    if (res == ncclSuccess) res = learn_rank(comm);
-    if (res != ncclSuccess) return res;
-    if (!count) return shim_fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
-    *count = comm->nranks;
-    return ncclSuccess;
-}
-
-SHIM_DEFINE(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device)) {
-    SHIM_HAND_BACK(ncclCommCuDevice, comm, (comm, device));
-    ncclResult_t res = shim_check_comm(comm, "ncclCommCuDevice");
-    if (res != ncclSuccess) return res;
-    if (!device) return shim_fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-    *device = comm->device;
-    return ncclSuccess;
-}
-
-SHIM_DEFINE(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank)) {
-    SHIM_HAND_BACK(ncclCommUserRank, comm, (comm, rank));
-    ncclResult_t res = shim_check_comm(comm, "ncclCommUserRank");
-    if (res == ncclSuccess) res = learn_rank(comm);
-    if (res != ncclSuccess) return res;
-    if (!rank) return shim_fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
-    *rank = comm->rank;
-    return ncclSuccess;
-}
-
-/* ------------------------------------------------------------------ memory and registration */
-
-SHIM_DEFINE(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size)) {
-    const shim_real_t *r = shim_real();
-    if (!r || !r->ncclMemAlloc)
-        return shim_fail(ncclInvalidUsage, "ncclMemAlloc needs the fallback NCCL: %s",
-                         shim_real_why());
-    return r->ncclMemAlloc(ptr, size);
-}
-
-SHIM_DEFINE(ncclResult_t, ncclMemFree, (void *ptr)) {
-    const shim_real_t *r = shim_real();
-    if (!r || !r->ncclMemFree)
-        return shim_fail(ncclInvalidUsage, "ncclMemFree needs the fallback NCCL: %s",
-                         shim_real_why());
-    return r->ncclMemFree(ptr);
 }

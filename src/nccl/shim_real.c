@@ -1,5 +1,6 @@
 /* The fallback NCCL (loaded at run time), the CUDA driver calls the shim needs, errors, logging. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <link.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "cchan/last_error.h"
 #include "shim.h"
 
 /* ------------------------------------------------------------------ logging */
@@ -56,14 +58,16 @@ void shim_log(int level, const char *fmt, ...) {
 
 /* ------------------------------------------------------------------ errors */
 
-static _Thread_local char last_error[1024];
-
+/* The message goes into the thread's one last-error message (cchan/last_error.h), which
+ * ncclGetLastError returns. */
 ncclResult_t shim_fail(ncclResult_t res, const char *fmt, ...) {
+    char msg[1024]; /* longer: the whole message is cut, with "..." */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    SHIM_WARN("%s", last_error);
+    cchan_set_last_error(0, "%s", msg);
+    SHIM_WARN("%s", cchan_last_error());
     return res;
 }
 
@@ -79,7 +83,7 @@ static ncclResult_t status_result(int status) {
     case CCHAN_ERR_UNSUPPORTED:
     case CCHAN_ERR_NO_DEVICE: res = ncclInvalidUsage; break;
     default:
-        if (status > -256) res = status == -22 /* EINVAL */ ? ncclInvalidArgument : ncclSystemError;
+        if (status > -256) res = status == -EINVAL ? ncclInvalidArgument : ncclSystemError;
     }
     return res;
 }
@@ -89,15 +93,13 @@ ncclResult_t shim_fail_cchan(int status, const char *where) {
                      cchan_last_error());
 }
 
-#ifdef CCHAN_NCCL_HAVE_COLL
 ncclResult_t shim_fail_coll(int status, const char *where) {
     return shim_fail(status_result(status), "%s: %s (%s)", where, cchan_strerror(status),
                      cchan_coll_last_error());
 }
-#endif
 
-const char *shim_last_error(void) { return last_error; }
-void shim_clear_error(void) { last_error[0] = '\0'; }
+const char *shim_last_error(void) { return cchan_last_error(); }
+void shim_clear_error(void) { cchan_clear_last_error(); }
 
 /* ------------------------------------------------------------------ the fallback NCCL */
 

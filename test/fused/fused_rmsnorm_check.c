@@ -20,16 +20,7 @@
 #endif
 
 #include "cchan_fused.h"
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int s_ = (call);                                                                           \
-        if (s_ < 0) {                                                                              \
-            fprintf(stderr, "rank %d: %s: %s: %s%s\n", rank, #call, cchan_strerror(s_),            \
-                    cchan_fused_rmsnorm_last_error(), cchan_last_error());                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "cchan_test.h"
 
 static int rank = -1;
 static cchan_platform_t platform;
@@ -122,7 +113,7 @@ static long run_case(cchan_comm_t *comm, cchan_fused_rmsnorm_t *f, const struct 
         exit(1);
     }
     long bad = 0;
-    CHECK(cchan_fused_rmsnorm_set_split(f, c->spread ? 0 : 1));
+    CT_OK(cchan_fused_rmsnorm_set_split(f, c->spread ? 0 : 1));
     for (int it = 0; it < c->launches; it++) {
         uint64_t s = mix(seed + (uint64_t)it * 7919u);
         for (int r = 0; r < nranks; r++)
@@ -133,7 +124,7 @@ static long run_case(cchan_comm_t *comm, cchan_fused_rmsnorm_t *f, const struct 
         to_dev(x, hx + (size_t)rank * n, bytes);
         to_dev(res, hres, bytes);
         to_dev(w, hw, c->hidden * 2u);
-        CHECK(cchan_fused_rmsnorm_run(f, x, res, w, eps, out, y, c->tokens, c->proto, NULL));
+        CT_OK(cchan_fused_rmsnorm_run(f, x, res, w, eps, out, y, c->tokens, c->proto, NULL));
         to_host(hout, out, bytes);
         to_host(hy, y, bytes);
         for (uint32_t t = 0; t < c->tokens; t++) {
@@ -169,7 +160,7 @@ static long run_case(cchan_comm_t *comm, cchan_fused_rmsnorm_t *f, const struct 
         uint64_t hash = 0xcbf29ce484222325ull, *all = malloc(sizeof(uint64_t) * (size_t)nranks);
         for (size_t i = 0; i < n; i++)
             hash = (hash ^ ((uint64_t)hy[i] << 16 ^ hout[i])) * 0x100000001b3ull;
-        CHECK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &hash, all, sizeof hash));
+        CT_OK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &hash, all, sizeof hash));
         for (int r = 0; r < nranks; r++)
             if (all[r] != hash) {
                 if (bad < 5) fprintf(stderr, "rank %d: outputs differ from rank %d's\n", rank, r);
@@ -220,12 +211,12 @@ int main(int argc, char **argv) {
     cchan_comm_t *comm;
     cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
     if (force_host) cfg.platform = CCHAN_PLATFORM_HOST;
-    CHECK(cchan_bootstrap_create_from_env(&bs)); /* cchan-run, torchrun, mpirun or srun */
-    CHECK(cchan_comm_create(bs, &cfg, &comm));
-    rank = cchan_comm_rank(comm);
+    CT_OK(cchan_bootstrap_create_from_env(&bs)); /* cchan-run, torchrun, mpirun or srun */
+    CT_OK(cchan_comm_create(bs, &cfg, &comm));
+    rank = ct_rank = cchan_comm_rank(comm);
     int nranks = cchan_comm_size(comm);
     platform = cchan_comm_platform(comm);
-    if (cchan_env_timeout_ms() == 0) CHECK(cchan_comm_set_timeout_ms(comm, 30000));
+    if (cchan_env_timeout_ms() == 0) CT_OK(cchan_comm_set_timeout_ms(comm, 30000));
     if (platform != CCHAN_PLATFORM_HOST && platform != CCHAN_PLATFORM_CUDA) {
         if (rank == 0) printf("fused_rmsnorm_check: needs CUDA or --host (skipped)\n");
         cchan_comm_destroy(comm);
@@ -263,7 +254,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ncases; i++) {
         if (i > 0 && cases[i].hidden == cases[i - 1].hidden) continue;
         cchan_fused_rmsnorm_t *f;
-        CHECK(cchan_fused_rmsnorm_create(comm, max_tokens, cases[i].hidden, &f));
+        CT_OK(cchan_fused_rmsnorm_create(comm, max_tokens, cases[i].hidden, &f));
         for (int j = i; j < ncases && cases[j].hidden == cases[i].hidden; j++) {
             long bad = run_case(comm, f, &cases[j], 0x1234u + (uint64_t)j, nranks);
             total_bad += bad;
@@ -276,16 +267,16 @@ int main(int argc, char **argv) {
                        cases[j].in_place ? " in-place" : "", cases[j].spread ? " spread" : "",
                        cases[j].launches);
         }
-        CHECK(cchan_fused_rmsnorm_destroy(f));
+        CT_OK(cchan_fused_rmsnorm_destroy(f));
     }
     long *all = calloc((size_t)nranks, sizeof *all), sum = 0;
     if (!all) return 1;
-    CHECK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &total_bad, all, sizeof total_bad));
+    CT_OK(cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &total_bad, all, sizeof total_bad));
     for (int r = 0; r < nranks; r++) sum += all[r];
     free(all);
     if (rank == 0)
         printf("fused_rmsnorm_check: %d ranks, %s: %s\n", nranks,
                platform == CCHAN_PLATFORM_CUDA ? "cuda" : "host", sum ? "FAILED" : "OK");
-    CHECK(cchan_comm_destroy(comm));
+    CT_OK(cchan_comm_destroy(comm));
     return sum ? 1 : 0;
 }

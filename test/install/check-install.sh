@@ -3,6 +3,7 @@
 #   check-install.sh tree BUILD_DIR PREFIX
 #   check-install.sh find_package PREFIX DOWNSTREAM_SRC WORK_DIR CC VERSION
 #   check-install.sh pkg_config   PREFIX DOWNSTREAM_SRC WORK_DIR CC VERSION
+#   check-install.sh examples     PREFIX EXAMPLES_SRC WORK_DIR CC [NVCC CUDA_ARCH]
 set -euo pipefail
 step=$1
 shift
@@ -27,6 +28,22 @@ find_package)
     # The build tree's RPATH points at the installed library: no LD_LIBRARY_PATH.
     "$work/app"
     "$work/headers_only"
+    "$work/libs"
+    ;;
+examples)
+    # kernels/examples as a project of its own against the installed tree: every program builds
+    # (the CUDA ones where nvcc is found: compile-checked), the host-backend ones run.
+    prefix=$1 src=$2 work=$3 cc=$4 nvcc=${5:-} arch=${6:-}
+    rm -rf "$work"
+    args=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release)
+    [ -n "$nvcc" ] && args+=(-DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch")
+    cmake -S "$src" -B "$work" "${args[@]}"
+    cmake --build "$work" -j 2
+    run="$prefix/bin/cchan-run"
+    "$run" -n 2 --timeout 60 "$work/hello_host"
+    "$run" -n 2 --timeout 120 "$work/port_pingpong"
+    "$run" -n 3 --timeout 60 "$work/token_dispatch"
+    ls "$work" | grep -E '^(hello_memory_channel|ll_allreduce)$' | sed 's/^/compiled (CUDA): /' || true
     ;;
 pkg_config)
     prefix=$1 src=$2 work=$3 cc=$4 version=$5

@@ -10,20 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan_test.h"
 #include "nccl_abi.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-
 int main(int argc, char **argv) {
-    CHECK(argc >= 2);
+    CT_ASSERT(argc >= 2);
     int fake = !strcmp(argv[1], "fake");
-    CHECK(fake ? argc == 3 : !strcmp(argv[1], "none"));
+    CT_ASSERT(fake ? argc == 3 : !strcmp(argv[1], "none"));
     setenv("CCHAN_NCCL_FALLBACK", fake ? argv[2] : "none", 1);
 
     /* Zeroed memory standing for the fallback's communicator: not a shim handle. */
@@ -31,23 +24,23 @@ int main(int argc, char **argv) {
     ncclResult_t err = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError((ncclComm_t)(void *)foreign, &err);
     if (fake) {
-        CHECK(r == ncclSuccess);
-        CHECK(err == ncclInProgress); /* answered by the fallback, not by the shim */
+        CT_ASSERT(r == ncclSuccess);
+        CT_ASSERT(err == ncclInProgress); /* answered by the fallback, not by the shim */
     } else {
-        CHECK(r == ncclInvalidArgument);
-        CHECK(strstr(ncclGetLastError(NULL), "not a live communicator") != NULL);
+        CT_ASSERT(r == ncclInvalidArgument);
+        CT_ASSERT(strstr(ncclGetLastError(NULL), "not a live communicator") != NULL);
     }
-    CHECK(ncclCommGetAsyncError(NULL, &err) == ncclInvalidArgument);
+    CT_ASSERT(ncclCommGetAsyncError(NULL, &err) == ncclInvalidArgument);
 
     /* A collective (cchan's own path), a forwarded call and a query take the same turn. */
     ncclComm_t comm = (ncclComm_t)(void *)foreign;
     float x = 1.0f;
     int count = 0;
     ncclResult_t want = fake ? ncclInProgress : ncclInvalidArgument;
-    CHECK(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL) == want);
-    CHECK(ncclSend(&x, 1, ncclFloat32, 0, comm, NULL) == want);
+    CT_ASSERT(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL) == want);
+    CT_ASSERT(ncclSend(&x, 1, ncclFloat32, 0, comm, NULL) == want);
     r = ncclCommCount(comm, &count);
-    CHECK(fake ? r == ncclSuccess && count == 77 : r == ncclInvalidArgument);
+    CT_ASSERT(fake ? r == ncclSuccess && count == 77 : r == ncclInvalidArgument);
     printf("test_nccl_foreign %s: ok\n", argv[1]);
     return 0;
 }

@@ -17,22 +17,13 @@
 #include <string.h>
 
 #include "cchan/cchan.h"
+#include "cchan_test.h"
 #include "nccl_abi.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 #define NCCL_OK(call)                                                                              \
     do {                                                                                           \
         ncclResult_t r_ = (call);                                                                  \
-        CHECK(r_ == ncclSuccess, "%s -> %d (%s)", #call, (int)r_, ncclGetLastError(NULL));         \
+        CT_EXPECT(r_ == ncclSuccess, "%s -> %d (%s)", #call, (int)r_, ncclGetLastError(NULL));     \
     } while (0)
 
 static float value(int rank, size_t i) {
@@ -51,7 +42,7 @@ static void check_collectives(ncclComm_t comm, int rank, int n, size_t count) {
         for (int r = 0; r < n; r++) want += value(r, i);
         bad += recv[i] != want;
     }
-    CHECK(bad == 0, "AllReduce: %d wrong of %zu", bad, count);
+    CT_EXPECT(bad == 0, "AllReduce: %d wrong of %zu", bad, count);
 
     memcpy(recv, send, count * sizeof *recv); /* in place */
     NCCL_OK(ncclAllReduce(recv, recv, count, ncclFloat, ncclSum, comm, NULL));
@@ -61,7 +52,7 @@ static void check_collectives(ncclComm_t comm, int rank, int n, size_t count) {
         for (int r = 0; r < n; r++) want += value(r, i);
         bad += recv[i] != want;
     }
-    CHECK(bad == 0, "AllReduce in place: %d wrong", bad);
+    CT_EXPECT(bad == 0, "AllReduce in place: %d wrong", bad);
 
     /* AllGather of int8 (moved as 2-byte units: 1002 bytes) */
     const size_t bytes = 1002;
@@ -73,7 +64,7 @@ static void check_collectives(ncclComm_t comm, int rank, int n, size_t count) {
     for (int r = 0; r < n; r++)
         for (size_t i = 0; i < bytes; i++)
             bad += brecv[r * bytes + i] != (signed char)(i * 3 + (size_t)r);
-    CHECK(bad == 0, "AllGather int8: %d wrong", bad);
+    CT_EXPECT(bad == 0, "AllGather int8: %d wrong", bad);
 
     NCCL_OK(ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, comm, NULL));
     bad = 0;
@@ -82,17 +73,17 @@ static void check_collectives(ncclComm_t comm, int rank, int n, size_t count) {
         for (int r = 0; r < n; r++) want += value(r, (size_t)rank * count + i);
         bad += recv[i] != want;
     }
-    CHECK(bad == 0, "ReduceScatter: %d wrong", bad);
+    CT_EXPECT(bad == 0, "ReduceScatter: %d wrong", bad);
 
     /* Not cchan's, and no fallback: a clean error with a message, not a hang. */
     ncclResult_t res = ncclAllReduce(send, recv, count, ncclFloat, ncclMax, comm, NULL);
-    CHECK(res == ncclInvalidUsage, "AllReduce max without fallback -> %d", (int)res);
-    CHECK(strstr(ncclGetLastError(comm), "fallback") != NULL, "last error '%s'",
-          ncclGetLastError(comm));
+    CT_EXPECT(res == ncclInvalidUsage, "AllReduce max without fallback -> %d", (int)res);
+    CT_EXPECT(strstr(ncclGetLastError(comm), "fallback") != NULL, "last error '%s'",
+              ncclGetLastError(comm));
     res = ncclBroadcast(send, recv, count, ncclFloat, 0, comm, NULL);
-    CHECK(res == ncclInvalidUsage, "Broadcast without fallback -> %d", (int)res);
+    CT_EXPECT(res == ncclInvalidUsage, "Broadcast without fallback -> %d", (int)res);
     res = ncclSend(send, count, ncclFloat, (rank + 1) % n, comm, NULL);
-    CHECK(res == ncclInvalidUsage, "Send without fallback -> %d", (int)res);
+    CT_EXPECT(res == ncclInvalidUsage, "Send without fallback -> %d", (int)res);
     NCCL_OK(ncclAllReduce(send, recv, 0, ncclFloat, ncclMax, comm, NULL)); /* empty: no-op */
     free(send);
     free(recv);
@@ -119,14 +110,14 @@ static int scenario_ranks(void) {
     if (!comm) return 1;
     int v = 0, got = -1;
     NCCL_OK(ncclCommCount(comm, &got));
-    CHECK(got == n, "count %d", got);
+    CT_EXPECT(got == n, "count %d", got);
     NCCL_OK(ncclCommUserRank(comm, &got));
-    CHECK(got == rank, "rank %d", got);
+    CT_EXPECT(got == rank, "rank %d", got);
     NCCL_OK(ncclGetVersion(&v));
-    CHECK(v == NCCL_VERSION_CODE, "version %d", v);
+    CT_EXPECT(v == NCCL_VERSION_CODE, "version %d", v);
     ncclResult_t async = ncclInternalError;
     NCCL_OK(ncclCommGetAsyncError(comm, &async));
-    CHECK(async == ncclSuccess, "async error %d", (int)async);
+    CT_EXPECT(async == ncclSuccess, "async error %d", (int)async);
     check_collectives(comm, rank, n, 1001);
     check_collectives(comm, rank, n, 300001);
 
@@ -135,22 +126,22 @@ static int scenario_ranks(void) {
     NCCL_OK(ncclCommSplit(comm, 0, n - rank, &child, NULL));
     if (child) {
         NCCL_OK(ncclCommUserRank(child, &got));
-        CHECK(got == n - 1 - rank, "child rank %d", got);
+        CT_EXPECT(got == n - 1 - rank, "child rank %d", got);
         check_collectives(child, n - 1 - rank, n, 1001);
         NCCL_OK(ncclCommDestroy(child));
     }
     /* Odd ranks stay out of the second split. */
     child = (ncclComm_t)&v;
     NCCL_OK(ncclCommSplit(comm, rank % 2 ? NCCL_SPLIT_NOCOLOR : 1, 0, &child, NULL));
-    CHECK((child == NULL) == (rank % 2 == 1), "NOCOLOR split gave %p", (void *)child);
+    CT_EXPECT((child == NULL) == (rank % 2 == 1), "NOCOLOR split gave %p", (void *)child);
     if (child) {
         NCCL_OK(ncclCommCount(child, &got));
-        CHECK(got == (n + 1) / 2, "even-rank child has %d ranks", got);
+        CT_EXPECT(got == (n + 1) / 2, "even-rank child has %d ranks", got);
         NCCL_OK(ncclCommDestroy(child));
     }
 
     ncclResult_t res = ncclCommCount(NULL, &got);
-    CHECK(res == ncclInvalidArgument, "NULL comm -> %d", (int)res);
+    CT_EXPECT(res == ncclInvalidArgument, "NULL comm -> %d", (int)res);
     NCCL_OK(ncclCommDestroy(comm));
     cchan_bootstrap_destroy(bs);
     return 0;
@@ -166,7 +157,7 @@ static int scenario_group(void) {
     for (int r = 0; r < 2; r++) {
         int got = -1;
         NCCL_OK(ncclCommUserRank(comms[r], &got));
-        CHECK(got == r, "grouped comm %d has rank %d", r, got);
+        CT_EXPECT(got == r, "grouped comm %d has rank %d", r, got);
     }
     /* Window registration comm by comm from one thread (collective in cchan: the shim waits for
      * both local ranks), then deregistration, in a group and outside one. */
@@ -200,7 +191,7 @@ static int scenario_group(void) {
         NCCL_OK(ncclCommWindowRegister(comms[r], bufs[r][1], 1 << 16, &wins[r][1], 0));
     for (int r = 0; r < 2; r++)
         for (int b = 0; b < 2; b++)
-            CHECK(wins[r][b] == (ncclWindow_t)bufs[r][b], "window handle without a fallback");
+            CT_EXPECT(wins[r][b] == (ncclWindow_t)bufs[r][b], "window handle without a fallback");
     NCCL_OK(ncclGroupStart());
     for (int r = 0; r < 2; r++) NCCL_OK(ncclCommWindowDeregister(comms[r], wins[r][0]));
     NCCL_OK(ncclGroupEnd());
@@ -217,11 +208,11 @@ static int scenario_group(void) {
     for (int r = 0; r < 2; r++) {
         int got = -1;
         NCCL_OK(ncclCommCount(comms[r], &got));
-        CHECK(got == 2, "InitAll comm %d has %d ranks", r, got);
+        CT_EXPECT(got == 2, "InitAll comm %d has %d ranks", r, got);
     }
     for (int r = 0; r < 2; r++) NCCL_OK(ncclCommDestroy(comms[r]));
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "unbalanced ncclGroupEnd accepted");
-    CHECK(strcmp(ncclGetErrorString(ncclInvalidArgument), "") != 0, "error string");
+    CT_EXPECT(ncclGroupEnd() == ncclInvalidUsage, "unbalanced ncclGroupEnd accepted");
+    CT_EXPECT(strcmp(ncclGetErrorString(ncclInvalidArgument), "") != 0, "error string");
     return 0;
 }
 
@@ -232,13 +223,9 @@ int main(int argc, char **argv) {
     }
     setenv("CCHAN_NCCL_FALLBACK", "none", 1);
     setenv("CCHAN_NCCL_HOST_PLATFORM", "1", 1);
-#ifndef CCHAN_NCCL_HAVE_COLL
-    printf("SKIP test_nccl_host: the shim was built without cchan_coll\n");
-    return 77;
-#endif
     int rc = !strcmp(argv[1], "ranks") ? scenario_ranks() : scenario_group();
-    if (rc || failures) {
-        fprintf(stderr, "test_nccl_host %s: %d failures\n", argv[1], failures);
+    if (rc || ct_failures) {
+        fprintf(stderr, "test_nccl_host %s: %d failures\n", argv[1], ct_failures);
         return 1;
     }
     printf("test_nccl_host %s: OK\n", argv[1]);

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "cchan/cchan.h"
+#include "cchan/last_error.h"
 
 static const int codes[] = {
     CCHAN_OK,
@@ -63,11 +64,31 @@ static void test_last_error_names_the_call(void **state) {
     assert_int_equal(cchan_comm_destroy(NULL), 0);
 }
 
+/* The libraries' setter: the same message cchan_last_error() returns, an argument may be that
+ * message itself, and a message too long for the buffer ends in "..." rather than silently. */
+static void test_library_last_error(void **state) {
+    (void)state;
+    assert_int_equal(cchan_comm_create(NULL, NULL, NULL), -EINVAL);
+    assert_int_equal(cchan_set_last_error(-ENOMEM, "mylib_create: scratch: %s", cchan_last_error()),
+                     -ENOMEM);
+    assert_non_null(strstr(cchan_last_error(), "mylib_create: scratch: cchan_comm_create"));
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(cchan_set_last_error(-EINVAL, "lib: %s", big), -EINVAL);
+    size_t n = strlen(cchan_last_error());
+    assert_true(n > 900 && n < sizeof big);
+    assert_string_equal(cchan_last_error() + n - 3, "...");
+    cchan_clear_last_error();
+    assert_string_equal(cchan_last_error(), "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_code_has_its_own_string),
         cmocka_unit_test(test_errno_codes),
         cmocka_unit_test(test_last_error_names_the_call),
+        cmocka_unit_test(test_library_last_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
