@@ -15,8 +15,7 @@
  *   parameter sets, the zero-copy AllReduce with a larger grid, both in graphs (registered).
  * allreduce_beside_busy_kernel: AllReduce (LL, HB, zero-copy, auto) launched while a stand-in
  * kernel spins on most SMs on a second stream and ends on its own: each call finishes after it and
- * is correct (no kernel may depend on a co-residency nothing guaranteed it). correct_ring,
- * graph_ring, timing_ring: PORT_RING on registered buffers, every op (last). timing: each algorithm
+ * is correct (no kernel may depend on a co-residency nothing guaranteed it). timing: each algorithm
  * at sizes 1 KiB .. 1 GiB, one call per graph, replayed (1000 times up to 4 MiB): time per call on
  * rank 0 (device events), bus bandwidth as nccl-tests counts it.
  */
@@ -202,9 +201,6 @@ static void cg_correct(gt_ctx_t *ctx, cchan_coll_t *coll, cchan_coll_algo_t algo
                 for (int v = 0; v < 4; v++) { /* odd count x in place */
                     int odd = v & 1, ip = v >> 1;
                     if (cg_sizes[si] >= 64 * GT_MiB && odd != ip) continue; /* time */
-                    if (algo == CCHAN_COLL_PORT_RING && ctx->rank == 0)
-                        gt_log(ctx, "ring call: %s %s %zu B odd %d in place %d", cg_op_name(op),
-                               cg_dt_name(dt), cg_sizes[si], odd, ip);
                     cg_one(ctx, coll, algo, op, dt, cg_sizes[si], odd, ip, a, b,
                            gt_seed(tag, 0, iter++), "correct");
                     if (!gt_all_ok(ctx)) goto out; /* both ranks stop at the same call */
@@ -229,9 +225,6 @@ static void case_correct_zc(gt_ctx_t *ctx) {
 static void case_correct_switch(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.plain, CCHAN_COLL_SWITCH, g_cg.a, g_cg.b, 1);
 }
-static void case_correct_ring(gt_ctx_t *ctx) {
-    cg_correct(ctx, g_cg.zc, CCHAN_COLL_PORT_RING, g_cg.ra, g_cg.rb, 7);
-}
 /* Parameters of the zero-copy and CE paths set for one case, restored after it. */
 typedef struct cg_param {
     const char *name;
@@ -251,47 +244,38 @@ static void cg_with_params(gt_ctx_t *ctx, const cg_param_t *ps, int n, cchan_col
 }
 
 /* CE all-pairs (AllReduce, AllGather) with the default parameters, then with small pipeline
- * chunks spread over three lanes, a quarter of the bytes on the SMs, the local block and
- * AllReduce's shards by the SMs, then the SMs alone (and chunks larger than a staging slot), then
- * the copy engines alone on every lane with the local block on a copy engine, then AllReduce's
- * reduce-scatter on the copy engines (ce_rs). */
+ * chunks spread over three lanes, a quarter of the bytes on the SMs and AllReduce's shards by the
+ * SMs, then the SMs alone (and chunks larger than a staging slot), then the copy engines alone on
+ * every lane, then AllReduce's reduce-scatter on the copy engines (ce_rs). */
 static void case_correct_ce(gt_ctx_t *ctx) {
     cg_correct(ctx, g_cg.zc, CCHAN_COLL_CE_ALLPAIRS, g_cg.ra, g_cg.rb, 3);
     if (!gt_all_ok(ctx)) return;
     const cg_param_t lanes[] = {{"ce_chunk", 4 * GT_MiB},
                                 {"ce_lanes", 3},
                                 {"ce_sm_permille", 250},
-                                {"ce_local", 0},
                                 {"ce_rs", 0}};
-    cg_with_params(ctx, lanes, 5, CCHAN_COLL_CE_ALLPAIRS, 3);
+    cg_with_params(ctx, lanes, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
     const cg_param_t sm[] = {{"ce_chunk", 64 * GT_MiB}, {"ce_sm_permille", 1000}};
     cg_with_params(ctx, sm, 2, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
-    const cg_param_t local[] = {{"ce_local", 1}, {"ce_lanes", 8}, {"ce_sm_permille", 0}};
-    cg_with_params(ctx, local, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
+    const cg_param_t ce_only[] = {{"ce_lanes", 8}, {"ce_sm_permille", 0}};
+    cg_with_params(ctx, ce_only, 2, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
     /* AllReduce's shards pushed by the copy engines too (three staging regions, cycled by 4 MiB
      * chunks), with and without an SM share */
-    const cg_param_t rs[] = {
-        {"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_sm_permille", 200}, {"ce_ramp", 1}};
-    cg_with_params(ctx, rs, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
+    const cg_param_t rs[] = {{"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_sm_permille", 200}};
+    cg_with_params(ctx, rs, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
     const cg_param_t rs0[] = {{"ce_rs", 1}, {"ce_lanes", 2}, {"ce_sm_permille", 0}};
     cg_with_params(ctx, rs0, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
-    /* five regions (four 2 MiB chunks ahead) on one shard lane, ramped down at the end; two
-     * regions on two lanes */
-    const cg_param_t rs5[] = {{"ce_rs", 1},
-                              {"ce_chunk", 2 * GT_MiB},
-                              {"ce_regions", 5},
-                              {"ce_rs_lanes", 1},
-                              {"ce_ramp", 2}};
-    cg_with_params(ctx, rs5, 5, CCHAN_COLL_CE_ALLPAIRS, 3);
+    /* five regions (four 2 MiB chunks ahead); two regions (one ahead) */
+    const cg_param_t rs5[] = {{"ce_rs", 1}, {"ce_chunk", 2 * GT_MiB}, {"ce_regions", 5}};
+    cg_with_params(ctx, rs5, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
     if (!gt_all_ok(ctx)) return;
-    const cg_param_t rs2[] = {
-        {"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_regions", 2}, {"ce_rs_lanes", 2}};
-    cg_with_params(ctx, rs2, 4, CCHAN_COLL_CE_ALLPAIRS, 3);
+    const cg_param_t rs2[] = {{"ce_rs", 1}, {"ce_chunk", 4 * GT_MiB}, {"ce_regions", 2}};
+    cg_with_params(ctx, rs2, 3, CCHAN_COLL_CE_ALLPAIRS, 3);
 }
 
 /* Zero-copy AllReduce with small blocks (a larger grid). */
@@ -403,8 +387,7 @@ static void case_graph_replay(gt_ctx_t *ctx) {
 static void case_graph_ce(gt_ctx_t *ctx) {
     const cg_param_t ps[] = {{"ce_chunk", 4 * GT_MiB}, {"ce_lanes", 2},
                              {"ce_sm_permille", 100},  {"zc_block_bytes", 8 * GT_KiB},
-                             {"ce_local", 1},          {"ce_rs", 1},
-                             {"ce_rs_lanes", 1},       {"ce_regions", 4}};
+                             {"ce_rs", 1},             {"ce_regions", 4}};
     const int nps = (int)(sizeof ps / sizeof ps[0]);
     int64_t old[8];
     for (int i = 0; i < nps; i++) {
@@ -433,21 +416,6 @@ static void case_graph_ce(gt_ctx_t *ctx) {
     };
     if (gt_all_ok(ctx)) cg_graph_case(ctx, mixed, 4, 200, "graph ce mixed");
     for (int i = 0; i < nps; i++) GT_CCHAN(cchan_coll_set_param(g_cg.zc, ps[i].name, old[i]));
-}
-
-static void case_graph_ring(gt_ctx_t *ctx) {
-    const cg_graph_call_t ring[] = {
-        {g_cg.zc, CCHAN_COLL_PORT_RING, 0, 2, 32 * GT_MiB, 1, g_cg.ra, g_cg.rb},
-        {g_cg.zc, CCHAN_COLL_PORT_RING, 1, 0, 8 * GT_MiB, 0, g_cg.ra, g_cg.rb},
-        {g_cg.zc, CCHAN_COLL_PORT_RING, 2, 1, 8 * GT_MiB, 0, g_cg.ra, g_cg.rb},
-    };
-    for (size_t i = 0; i < sizeof ring / sizeof ring[0]; i++) {
-        char label[96];
-        snprintf(label, sizeof label, "graph port_ring %s %s", cg_op_name(ring[i].op),
-                 cg_dt_name(ring[i].dt));
-        cg_graph_case(ctx, &ring[i], 1, 1000, label);
-        if (!gt_all_ok(ctx)) return;
-    }
 }
 
 /* ------------------------------------------------------------------ timing */
@@ -521,13 +489,6 @@ static void case_timing(gt_ctx_t *ctx) {
         }
 }
 
-static void case_timing_ring(gt_ctx_t *ctx) {
-    for (int op = 0; op < 3; op++)
-        for (size_t si = 0; si < sizeof cg_sizes / sizeof cg_sizes[0]; si++)
-            if (cg_sizes[si] >= GT_MiB)
-                cg_time(ctx, g_cg.zc, CCHAN_COLL_PORT_RING, op, cg_sizes[si], g_cg.ra, g_cg.rb);
-}
-
 /* ------------------------------------------------------------------ beside a busy kernel */
 
 #define HOG_MS 300u
@@ -592,7 +553,6 @@ static void cg_teardown(gt_ctx_t *ctx) {
 }
 
 static void cg_cases(gt_ctx_t *ctx) {
-    /* the port ring last: a trap there (device deadline) ends the process */
     gt_run(ctx, "correct_ll", case_correct_ll, 300);
     gt_run(ctx, "correct_hb", case_correct_hb, 300);
     gt_run(ctx, "correct_zc", case_correct_zc, 300);
@@ -604,9 +564,6 @@ static void cg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "graph_ce", case_graph_ce, 300);
     gt_run(ctx, "timing", case_timing, 300);
     gt_run(ctx, "allreduce_beside_busy_kernel", case_allreduce_beside_busy_kernel, 300);
-    gt_run(ctx, "correct_ring", case_correct_ring, 300);
-    gt_run(ctx, "graph_ring", case_graph_ring, 300);
-    gt_run(ctx, "timing_ring", case_timing_ring, 300);
 }
 
 GT_MAIN({"test_coll_gpu", cg_setup, cg_cases, cg_teardown, NULL, NULL})
