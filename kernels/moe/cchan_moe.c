@@ -21,8 +21,8 @@ struct cchan_moe_group {
     cchan_mem_t *buf;
     cchan_mem_t *peers[MOE_MAX_RANKS];
     moe_dev_t dev;
-    void *ws;          /* device: seq, done, sent[N] */
-    int32_t *err_host;      /* host view of dev.err */
+    void *ws;                /* device: seq, done, sent[N] */
+    int32_t *err_host;       /* host view of dev.err */
     cchan_diag_t *diag_host; /* the waits' diagnostic (moe_wait), host view */
     size_t smem_bytes;
     size_t dispatch_region, combine_region;
@@ -429,9 +429,9 @@ static void moe_layout(cchan_moe_group_t *g, const moe_shape_t *s) {
 
 #ifdef CCHAN_HAVE_CUDA
 /* The grid (docs/moe.md, "Co-residency"). Every kernel is launched cooperatively, so its blocks
- * must fit at once on the SMs this context may use; and the ranks that share this GPU (MPS,
- * time-slicing) split its SMs, so that every rank's kernel can be resident while it waits for the
- * others'. Collective: the ranks exchange their GPUs' UUIDs. */
+ * must fit at once on the SMs this context may use; and the ranks that share this GPU split those
+ * SMs, because MPS may place every client's blocks on the same SMs (each rank's kernel must be
+ * resident while it waits for the others'). Collective: the ranks exchange their GPUs' UUIDs. */
 static int moe_cuda_grid(cchan_moe_group_t *g, const cchan_moe_config_t *cfg) {
     const char *w = "cchan_moe_group_create";
     moe_cuda_res_t res, all[MOE_MAX_RANKS];
@@ -450,8 +450,7 @@ static int moe_cuda_grid(cchan_moe_group_t *g, const cchan_moe_config_t *cfg) {
                          "no block of the kernels fits on an SM (%zu bytes of shared memory)",
                          g->smem_bytes);
     const int fit = per_sm * res.ctx_sms; /* the most blocks resident at once */
-    int share = res.dev_sms / sharing;
-    if (share > res.ctx_sms) share = res.ctx_sms;
+    int share = res.ctx_sms / sharing;
     if (share < 1) share = 1;
     if (cfg->num_blocks)
         g->nblocks = cfg->num_blocks;

@@ -117,9 +117,12 @@ __global__ void __launch_bounds__(MOE_HT_THREADS, 1) moe_k_ht_combine(moe_dev_t 
     moe_op_finish(&d, &op, &b, epoch);
 }
 
+/* Zeroed before it returns: a cudaMemset on the legacy stream does not order against a caller's
+ * non-blocking stream, so a later copy on that stream could land before the zeroes. */
 extern "C" int moe_cuda_malloc(size_t bytes, void **ptr) {
     MOE_CUDA(cudaMalloc(ptr, bytes));
-    MOE_CUDA(cudaMemset(*ptr, 0, bytes));
+    MOE_CUDA(cudaMemsetAsync(*ptr, 0, bytes, cudaStreamPerThread));
+    MOE_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
     return 0;
 }
 
@@ -151,14 +154,16 @@ typedef CUresult (*moe_ctx_get_exec_affinity_fn)(CUexecAffinityParam *, CUexecAf
 static void *moe_driver_fn(const char *name, unsigned version) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
         return NULL;
     return fn;
 }
 
 /* The SMs this context may use: a green context's SM resource, and the SM-count execution affinity
- * (what an MPS active-thread percentage leaves); the smaller, or the device's where neither says. */
+ * (what an MPS active-thread percentage leaves); the smaller, or the device's where neither says.
+ */
 static int moe_ctx_sms(int dev_sms) {
     int sms = dev_sms;
     moe_ctx_get_current_fn get_current =
@@ -188,7 +193,6 @@ extern "C" int moe_cuda_resources(int device, moe_cuda_res_t *out) {
     cudaDeviceProp prop;
     MOE_CUDA(cudaGetDeviceProperties(&prop, device));
     MOE_CUDA(cudaFree(0)); /* the context exists before its resources are asked */
-    out->dev_sms = prop.multiProcessorCount;
     out->ctx_sms = moe_ctx_sms(prop.multiProcessorCount);
     memcpy(out->uuid, &prop.uuid, sizeof out->uuid);
     return 0;
@@ -211,8 +215,8 @@ extern "C" void moe_cuda_host_free(void *host) {
 static size_t moe_smem_limit;
 
 static int moe_set_smem(const void *kernel, size_t smem_bytes) {
-    MOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem_bytes));
+    MOE_CUDA(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
     return 0;
 }
 

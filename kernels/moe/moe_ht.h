@@ -395,9 +395,9 @@ CCHAN_DEVICE_INLINE int moe_ht_combine_recv(const moe_dev_t *d, const moe_op_t *
             const int g1 = g0 + nw < thi ? g0 + nw : thi;
             for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
                 if (r != d->rank) {
-                    int s = moe_wait(d, &f[2 * N * C + r * C + c],
-                                     moe_ht_progress(epoch, (uint32_t)g1), MOE_WAIT_HTPROG, r,
-                                     (uint32_t)c);
+                    int s =
+                        moe_wait(d, &f[2 * N * C + r * C + c], moe_ht_progress(epoch, (uint32_t)g1),
+                                 MOE_WAIT_HTPROG, r, (uint32_t)c);
                     if (s != CCHAN_OK) st = s;
                 }
             cchan_block_sync();

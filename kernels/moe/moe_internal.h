@@ -35,10 +35,10 @@ int moe_cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream
 int moe_cuda_memset_async(void *dst, int v, size_t bytes, void *stream);
 int moe_cuda_stream_sync(void *stream);
 /* What the calling thread's context may run at once: the SMs it may use (the device's, less what
- * an MPS active-thread percentage or a green context withholds), the device's SMs, and the device's
- * UUID (ranks sharing one GPU find each other by it). */
+ * an MPS active-thread percentage or a green context withholds), and the device's UUID (ranks
+ * sharing one GPU find each other by it). */
 typedef struct moe_cuda_res {
-    int ctx_sms, dev_sms;
+    int ctx_sms;
     unsigned char uuid[16];
 } moe_cuda_res_t;
 int moe_cuda_resources(int device, moe_cuda_res_t *out);

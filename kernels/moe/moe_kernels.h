@@ -147,22 +147,22 @@ CCHAN_HOST_DEVICE_INLINE uint32_t moe_src_row(uint32_t v) { return v & 0xffffffu
  * Every wait of the kernels goes through moe_wait, which names the counter it awaits: the
  * diagnostic record (the group's own, host-mapped so it survives a trap) then says which counter
  * (class and index: expert, token or chunk), from which rank, expected and observed values;
- * cchan_moe.c's moe_diag_message turns it into words. The record's id packs class and index. */
+ * cchan_moe.c's moe_diag_report turns it into words. The record's id packs class and index. */
 enum moe_wait_what {
-    MOE_WAIT_ACK = 1,      /* index: the acknowledging rank (the peer) */
-    MOE_WAIT_DCOUNT = 2,   /* LL dispatch counter; index: local expert */
-    MOE_WAIT_SENT = 3,     /* this rank's blocks' fenced messages to rank `index` (no peer) */
-    MOE_WAIT_WEIGHTS = 4,  /* LL combine router weights from the peer */
-    MOE_WAIT_PARTIAL = 5,  /* LL combine partial sum; index: my token */
-    MOE_WAIT_HTCOUNT = 6,  /* HT handle creation: the peer's token counts */
-    MOE_WAIT_HTCHUNK = 7,  /* HT dispatch chunk flag; index: chunk */
-    MOE_WAIT_HTPROG = 8    /* HT combine progress; index: chunk */
+    MOE_WAIT_ACK = 1,     /* index: the acknowledging rank (the peer) */
+    MOE_WAIT_DCOUNT = 2,  /* LL dispatch counter; index: local expert */
+    MOE_WAIT_SENT = 3,    /* this rank's blocks' fenced messages to rank `index` (no peer) */
+    MOE_WAIT_WEIGHTS = 4, /* LL combine router weights from the peer */
+    MOE_WAIT_PARTIAL = 5, /* LL combine partial sum; index: my token */
+    MOE_WAIT_HTCOUNT = 6, /* HT handle creation: the peer's token counts */
+    MOE_WAIT_HTCHUNK = 7, /* HT dispatch chunk flag; index: chunk */
+    MOE_WAIT_HTPROG = 8   /* HT combine progress; index: chunk */
 };
 #define MOE_DIAG_TAG 0x4du /* 'M': the id's top byte */
-#define MOE_DIAG_ID(what, index) ((MOE_DIAG_TAG << 24) | ((uint32_t)(what) << 20) | ((index)&0xfffffu))
+#define MOE_DIAG_ID(what, index)                                                                   \
+    ((MOE_DIAG_TAG << 24) | ((uint32_t)(what) << 20) | ((index)&0xfffffu))
 #define MOE_DIAG_WHAT(id) (((id) >> 20) & 0xfu)
 #define MOE_DIAG_INDEX(id) ((id)&0xfffffu)
-#define MOE_DIAG_IS_MOE(id) (((id) >> 24) == MOE_DIAG_TAG)
 
 /* Spins until *p >= target; on a deadline records (what, index, peer, target, last value seen).
  * 0 or CCHAN_ERR_DEVICE_TIMEOUT (host backend; a GPU traps). */
@@ -435,7 +435,6 @@ CCHAN_DEVICE_INLINE void moe_op_finish(const moe_dev_t *d, const moe_op_t *op, m
         if (op->phases & MOE_PHASE_SEND) *(volatile uint32_t *)d->seq = epoch + 1;
     }
 }
-
 
 CCHAN_EXTERN_C_END
 

@@ -152,7 +152,8 @@ CCHAN_HOST_DEVICE_INLINE uint32_t moe_ll_entry_k(uint32_t v) { return (v >> 12) 
 CCHAN_HOST_DEVICE_INLINE uint32_t moe_ll_entry_token(uint32_t v) { return v >> 16; }
 
 /* Waits for every rank's counter of local expert e; leaves in misc: m_r[N] (messages for e from
- * rank r), n_r[N] (messages from r) and off[N + 1] (first output row of rank r's, and the total). */
+ * rank r), n_r[N] (messages from r) and off[N + 1] (first output row of rank r's, and the total).
+ */
 CCHAN_DEVICE_INLINE int moe_ll_recv_counts(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
                                            uint32_t epoch, int e) {
     const int N = d->nranks;
@@ -191,7 +192,8 @@ CCHAN_DEVICE_INLINE int moe_ll_recv_scan(const moe_dev_t *d, const moe_op_t *op,
     const int L = d->local_experts, B = d->max_tokens, K = d->top_k;
     const uint32_t P = d->slot_bytes;
     for (int a = (int)b->tid; a < n; a += (int)b->nthreads) {
-        const moe_msg_header_t *h = (const moe_msg_header_t *)(const void *)(region + (uint64_t)a * P);
+        const moe_msg_header_t *h =
+            (const moe_msg_header_t *)(const void *)(region + (uint64_t)a * P);
         uint32_t hit = 0;
         int32_t first = -1; /* the message's first expert on this rank */
         for (int k = 0; k < K; k++) {
@@ -219,8 +221,8 @@ CCHAN_DEVICE_INLINE int moe_ll_recv_scan(const moe_dev_t *d, const moe_op_t *op,
 /* Copies the m listed messages of `region` to output rows row0.. (data, and the fp8 scales as
  * extra 16-byte vectors when they are whole ones), and records where each row came from. */
 CCHAN_DEVICE_INLINE void moe_ll_recv_copy(const moe_dev_t *d, const moe_op_t *op,
-                                          const moe_block_t *b, const uint8_t *region, int r,
-                                          int m, int64_t row0) {
+                                          const moe_block_t *b, const uint8_t *region, int r, int m,
+                                          int64_t row0) {
     const int H = d->hidden, B = d->max_tokens, K = d->top_k;
     const uint32_t P = d->slot_bytes, hdr = d->hdr_bytes;
     const uint64_t row_bytes = op->fp8 ? (uint64_t)H : (uint64_t)H * 2;
@@ -272,7 +274,8 @@ CCHAN_DEVICE_INLINE int moe_ll_dispatch_recv(const moe_dev_t *d, const moe_op_t 
                                              uint32_t epoch) {
     const int N = d->nranks, L = d->local_experts, B = d->max_tokens;
     const uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const int32_t *m_r = b->misc, *n_r = b->misc + MOE_MAX_RANKS, *off = b->misc + 2 * MOE_MAX_RANKS;
+    const int32_t *m_r = b->misc, *n_r = b->misc + MOE_MAX_RANKS,
+                  *off = b->misc + 2 * MOE_MAX_RANKS;
     int st = CCHAN_OK;
     for (int e = (int)b->block; e < L; e += (int)b->nblocks) {
         const int32_t eg = d->rank * L + e;
@@ -328,8 +331,8 @@ CCHAN_DEVICE_INLINE void moe_wsum8(const uint8_t *y, const int32_t *rows, const 
     }
 }
 
-CCHAN_DEVICE_INLINE int moe_ll_combine_send(const moe_dev_t *d, const moe_op_t *op,
-                                                    moe_block_t *b, uint32_t epoch) {
+CCHAN_DEVICE_INLINE int moe_ll_combine_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
+                                            uint32_t epoch) {
     const int N = d->nranks, K = d->top_k, H = d->hidden, B = d->max_tokens, T = op->num_tokens;
     const int nv = H / 8;
     int st = moe_wait_acks(d, b, epoch);
@@ -409,8 +412,8 @@ CCHAN_DEVICE_INLINE int moe_ll_combine_send(const moe_dev_t *d, const moe_op_t *
     return st;
 }
 
-CCHAN_DEVICE_INLINE int moe_ll_combine_recv(const moe_dev_t *d, const moe_op_t *op,
-                                                    moe_block_t *b, uint32_t epoch) {
+CCHAN_DEVICE_INLINE int moe_ll_combine_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
+                                            uint32_t epoch) {
     const int T = op->num_tokens, K = d->top_k, H = d->hidden, N = d->nranks, B = d->max_tokens;
     const int L = d->local_experts, nv = H / 8;
     const uint8_t *mine = moe_parity(d, d->rank, epoch);
