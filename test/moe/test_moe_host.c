@@ -379,8 +379,8 @@ static void timeout_cases(void) {
         FAILS(cchan_moe_dispatch(h, &a, 0, NULL), CCHAN_ERR_DEVICE_TIMEOUT,
               "rank 0 timed out after 0.");
         const char *want[] = {"cchan_moe_dispatch", "LL dispatch counter of expert 0",
-                              "(local expert 0)", "from rank 1", "expected epoch 1 (value >= "
-                              "0x100000000)", "observed epoch 0"};
+                              "(local expert 0)", "from rank 1",
+                              "expected epoch 1 (value >= 0x100000000)", "observed epoch 0"};
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
             CHECK(strstr(cchan_moe_last_error(), want[i]), "diagnostic lacks '%s': %s", want[i],
                   cchan_moe_last_error());
