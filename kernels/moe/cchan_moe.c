@@ -186,9 +186,21 @@ static int moe_diag_report(cchan_moe_group_t *g, int status, const char *where) 
     moe_diag_value(exp, sizeof exp, kind, r->expected, 1);
     moe_diag_value(obs, sizeof obs, kind, r->observed, 0);
     if (r->peer >= 0) snprintf(from, sizeof from, " from rank %d", r->peer);
-    int st = moe_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+    int st;
+    if (r->aborted) {
+        /* the communicator says why: a dead peer, or cchan_comm_abort */
+        int cs = 0;
+        const char *why =
+            cchan_comm_get_async_error(g->comm, &cs) == 0 && cs ? cchan_last_error() : "aborted";
+        st = moe_error(cs == CCHAN_ERR_PEER_DEAD ? cs : CCHAN_ERR_ABORTED, where,
+                       "rank %d's wait for %s%s ended by the communicator's abort: expected %s, "
+                       "observed %s (%s)",
+                       r->rank, what, from, exp, obs, why);
+    } else {
+        st = moe_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
                        "rank %d timed out after %.1f s waiting for %s%s: expected %s, observed %s",
                        r->rank, (double)r->waited_ns / 1e9, what, from, exp, obs);
+    }
     memset(r, 0, sizeof *r);
     return st;
 }
@@ -476,13 +488,13 @@ static int moe_diag_alloc(cchan_moe_group_t *g) {
             return moe_error(CCHAN_ERR_CUDA, "cchan_moe_group_create", "wait diagnostic: %s",
                              moe_cuda_error());
         g->diag_host = (cchan_diag_t *)h;
-        g->dev.ctl.diag = (cchan_diag_t *)dv;
+        g->dev.diag = (cchan_diag_t *)dv;
 #endif
         return 0;
     }
     g->diag_host = calloc(1, sizeof(cchan_diag_t));
     if (!g->diag_host) return moe_error(-ENOMEM, "cchan_moe_group_create", "wait diagnostic");
-    g->dev.ctl.diag = g->diag_host;
+    g->dev.diag = g->diag_host;
     return 0;
 }
 
@@ -555,7 +567,8 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     g->nranks = cchan_comm_size(comm);
     g->rank = cchan_comm_rank(comm);
     moe_layout(g, &mine);
-    /* the deadline is the communicator's; the record and what each wait names are the group's */
+    /* the deadline and the abort word are the communicator's; the record and what each wait names
+     * are the group's (moe_wait) */
     g->dev.ctl = cchan_comm_wait_ctl(comm, -1, MOE_DIAG_ID(0, 0));
     if (g->cuda) {
 #ifdef CCHAN_HAVE_CUDA

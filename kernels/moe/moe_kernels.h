@@ -53,7 +53,8 @@ typedef struct moe_dev {
     uint32_t *done;               /* blocks finished in the current operation */
     uint64_t *sent; /* [N] messages of this operation whose stores are fenced, per destination */
     int32_t *err;   /* [4] first routing error: code, token, k, value (host-readable) */
-    cchan_wait_ctl_t ctl; /* deadline; its diag is the group's own record (moe_wait) */
+    cchan_wait_ctl_t ctl; /* the communicator's: deadline, and the abort word in its record */
+    cchan_diag_t *diag;   /* the group's own record of a failed wait (moe_wait) */
 } moe_dev_t;
 
 /* One operation's arguments. */
@@ -146,8 +147,9 @@ CCHAN_HOST_DEVICE_INLINE uint32_t moe_src_row(uint32_t v) { return v & 0xffffffu
  *
  * Every wait of the kernels goes through moe_wait, which names the counter it awaits: the
  * diagnostic record (the group's own, host-mapped so it survives a trap) then says which counter
- * (class and index: expert, token or chunk), from which rank, expected and observed values;
- * cchan_moe.c's moe_diag_report turns it into words. The record's id packs class and index. */
+ * (class and index: expert, token or chunk), from which rank, expected and observed values, and
+ * whether the communicator's abort ended it; cchan_moe.c's moe_diag_report turns it into words.
+ * The record's id packs class and index. */
 enum moe_wait_what {
     MOE_WAIT_ACK = 1,     /* index: the acknowledging rank (the peer) */
     MOE_WAIT_DCOUNT = 2,  /* LL dispatch counter; index: local expert */
@@ -164,15 +166,46 @@ enum moe_wait_what {
 #define MOE_DIAG_WHAT(id) (((id) >> 20) & 0xfu)
 #define MOE_DIAG_INDEX(id) ((id)&0xfffffu)
 
-/* Spins until *p >= target; on a deadline records (what, index, peer, target, last value seen).
- * 0 or CCHAN_ERR_DEVICE_TIMEOUT (host backend; a GPU traps). */
+/* Ends a wait that passed the deadline or saw the communicator's abort: the group's record gets
+ * (what, index, peer, target, last value seen); traps on a GPU, returns the status on the host. */
+CCHAN_DEVICE_INLINE int moe_wait_fail(const moe_dev_t *d, const cchan_deadline_t *dl,
+                                      uint64_t target, uint64_t seen, uint32_t what, int peer,
+                                      uint32_t index) {
+    const int abort = cchan_wait_aborted(&d->ctl);
+    cchan_wait_ctl_t rec = d->ctl;
+    rec.diag = d->diag;
+    rec.peer = peer;
+    rec.id = MOE_DIAG_ID(what, index);
+    const uint64_t waited = dl->start_ns != 0 ? cchan_clock_ns() - dl->start_ns : 0;
+    return cchan_device_fail(&rec, CCHAN_WAIT_SEMAPHORE, target, seen, waited,
+                             abort == 0                     ? CCHAN_ERR_DEVICE_TIMEOUT
+                             : abort == CCHAN_ERR_PEER_DEAD ? CCHAN_ERR_PEER_DEAD
+                                                            : CCHAN_ERR_ABORTED);
+}
+
+/* Spins until *p >= target (acquire, system scope), as cchan_wait_geq_u64 does: the deadline and
+ * the abort word are the communicator's, the record of a failure the group's. 0, or on the host
+ * backend CCHAN_ERR_DEVICE_TIMEOUT / CCHAN_ERR_PEER_DEAD / CCHAN_ERR_ABORTED (a GPU traps). */
 CCHAN_DEVICE_INLINE int moe_wait(const moe_dev_t *d, const uint64_t *p, uint64_t target,
                                  uint32_t what, int peer, uint32_t index) {
-    if (CCHAN_LIKELY(cchan_load_acquire_sys_u64(p) >= target)) return CCHAN_OK;
-    cchan_wait_ctl_t ctl = d->ctl;
-    ctl.peer = peer;
-    ctl.id = MOE_DIAG_ID(what, index);
-    return cchan_wait_geq_u64(p, target, &ctl, CCHAN_WAIT_SEMAPHORE);
+    uint64_t v = cchan_load_acquire_sys_u64(p);
+    if (CCHAN_LIKELY(v >= target)) return CCHAN_OK;
+    cchan_deadline_t dl;
+    cchan_deadline_init(&dl);
+#if !defined(CCHAN_BACKEND_HOST)
+    if (d->ctl.timeout_ns == 0) { /* the bare poll; the abort word once every stride */
+        uint32_t it = 0;
+        while ((v = cchan_load_acquire_sys_u64(p)) < target)
+            if (CCHAN_UNLIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) == 0) &&
+                cchan_wait_aborted(&d->ctl) != 0)
+                return moe_wait_fail(d, &dl, target, v, what, peer, index);
+        return CCHAN_OK;
+    }
+#endif
+    while ((v = cchan_load_acquire_sys_u64(p)) < target)
+        if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, &d->ctl)))
+            return moe_wait_fail(d, &dl, target, v, what, peer, index);
+    return CCHAN_OK;
 }
 
 /* ------------------------------------------------------------------ small portable helpers */
