@@ -4,7 +4,8 @@
  * sparse (empty experts, -1 entries) and paired (two experts on one rank) routing, uneven and zero
  * token counts, repeated passes, staged send_only/complete with two operations in flight, and the
  * errors: bad configurations, ranks that disagree, too many tokens, out-of-range and repeated
- * expert ids, calls out of order, and a peer that never sends (the timeout names the counter).
+ * expert ids, calls out of order, a peer that never sends (the timeout names the counter), and an
+ * aborted communicator (the wait ends, naming the counter).
  *
  *   cchan-run -n 2 build/test/moe/test_moe_host
  */
@@ -404,6 +405,43 @@ static void timeout_cases(void) {
     OK(cchan_comm_set_timeout_ms(g_comm, 30000));
 }
 
+/* The communicator aborted while rank 0's dispatch waits for rank 1 (which calls cchan_comm_abort
+ * instead of dispatching): the wait ends without a deadline, naming the counter and the abort. Last:
+ * the communicator is unusable afterwards. */
+static void abort_case(void) {
+    cchan_moe_config_t cfg = CCHAN_MOE_CONFIG_INIT;
+    cfg.num_experts = 4 * g_n;
+    cfg.hidden = 128;
+    cfg.top_k = 2;
+    cfg.max_tokens_per_rank = 4;
+    cfg.num_blocks = 1;
+    int32_t topk[4 * 2] = {0, 4, 1, 5, 2, 6, 3, 7};
+    uint16_t x[4 * 128];
+    for (int i = 0; i < 4 * 128; i++) x[i] = mr_bf16(0.5f);
+    uint16_t *out = aligned_alloc(16, (size_t)4 * g_n * 4 * 128 * 2);
+    cchan_moe_group_t *g = NULL;
+    cchan_moe_handle_t *h = NULL;
+    OK(cchan_moe_group_create(g_comm, &cfg, &g));
+    OK(cchan_moe_handle_create(g, topk, 4, NULL, &h));
+    if (g_rank == 0) {
+        cchan_moe_dispatch_args_t a = {0};
+        a.x = x;
+        a.dtype = CCHAN_MOE_BF16;
+        a.out_x = out;
+        FAILS(cchan_moe_dispatch(h, &a, 0, NULL), CCHAN_ERR_ABORTED,
+              "ended by the communicator's abort");
+        CHECK(strstr(cchan_moe_last_error(), "LL dispatch counter of expert 0") &&
+                  strstr(cchan_moe_last_error(), "from rank 1"),
+              "diagnostic: %s", cchan_moe_last_error());
+        printf("ok LL abort: %s\n", cchan_moe_last_error());
+    } else if (g_rank == 1) {
+        OK(cchan_comm_abort(g_comm));
+    }
+    OK(cchan_moe_handle_destroy(h));
+    (void)cchan_moe_group_destroy(g); /* its barriers fail: the communicator is aborted */
+    free(out);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     cchan_bootstrap_t *bs = NULL;
@@ -430,6 +468,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_ht_case(&cases[i]);
     error_cases();
     timeout_cases();
+    abort_case();
     cchan_comm_destroy(g_comm);
     if (g_rank == 0) printf("test_moe_host: all passed on %d ranks\n", g_n);
     return 0;
