@@ -149,7 +149,7 @@ CCHAN_HOST_DEVICE_INLINE uint32_t moe_src_row(uint32_t v) { return v & 0xffffffu
  * diagnostic record (the group's own, host-mapped so it survives a trap) then says which counter
  * (class and index: expert, token or chunk), from which rank, expected and observed values, and
  * whether the communicator's abort ended it; cchan_moe.c's moe_diag_report turns it into words.
- * The record's id packs class and index. */
+ * The record's id packs class and index; on a GPU the communicator's record gets the wait too. */
 enum moe_wait_what {
     MOE_WAIT_ACK = 1,     /* index: the acknowledging rank (the peer) */
     MOE_WAIT_DCOUNT = 2,  /* LL dispatch counter; index: local expert */
@@ -166,21 +166,40 @@ enum moe_wait_what {
 #define MOE_DIAG_WHAT(id) (((id) >> 20) & 0xfu)
 #define MOE_DIAG_INDEX(id) ((id)&0xfffffu)
 
-/* Ends a wait that passed the deadline or saw the communicator's abort: the group's record gets
- * (what, index, peer, target, last value seen); traps on a GPU, returns the status on the host. */
+/* Ends a wait that passed the deadline or saw the communicator's abort. The group's record gets
+ * (what, index, peer, target, last value seen), first writer only, as cchan_device_fail writes a
+ * record; on a GPU the communicator's record gets the same wait (peer: the source rank, id: the
+ * packed counter), so cchan_comm_check_device names it too, and the kernel traps. The host backend
+ * leaves the communicator's record alone (there it would outlive the error) and returns the
+ * status. */
 CCHAN_DEVICE_INLINE int moe_wait_fail(const moe_dev_t *d, const cchan_deadline_t *dl,
                                       uint64_t target, uint64_t seen, uint32_t what, int peer,
                                       uint32_t index) {
     const int abort = cchan_wait_aborted(&d->ctl);
-    cchan_wait_ctl_t rec = d->ctl;
-    rec.diag = d->diag;
-    rec.peer = peer;
-    rec.id = MOE_DIAG_ID(what, index);
+    const int status = abort == 0                     ? CCHAN_ERR_DEVICE_TIMEOUT
+                       : abort == CCHAN_ERR_PEER_DEAD ? CCHAN_ERR_PEER_DEAD
+                                                      : CCHAN_ERR_ABORTED;
     const uint64_t waited = dl->start_ns != 0 ? cchan_clock_ns() - dl->start_ns : 0;
-    return cchan_device_fail(&rec, CCHAN_WAIT_SEMAPHORE, target, seen, waited,
-                             abort == 0                     ? CCHAN_ERR_DEVICE_TIMEOUT
-                             : abort == CCHAN_ERR_PEER_DEAD ? CCHAN_ERR_PEER_DEAD
-                                                            : CCHAN_ERR_ABORTED);
+    cchan_diag_t *g = d->diag;
+    if (g != NULL && cchan_load_relaxed_sys_u32(&g->state) == CCHAN_DIAG_EMPTY &&
+        cchan_fetch_add_acq_rel_dev_u32(&g->claim, 1) == 0) {
+        g->kind = CCHAN_WAIT_SEMAPHORE;
+        g->rank = d->rank;
+        g->peer = peer;
+        g->id = MOE_DIAG_ID(what, index);
+        g->expected = target;
+        g->observed = seen;
+        g->waited_ns = waited;
+        g->aborted = abort != 0;
+        cchan_store_release_sys_u32(&g->state, CCHAN_DIAG_COMPLETE);
+    }
+    cchan_wait_ctl_t ctl = d->ctl;
+    ctl.peer = peer;
+    ctl.id = MOE_DIAG_ID(what, index);
+#if defined(CCHAN_BACKEND_HOST)
+    ctl.diag = NULL;
+#endif
+    return cchan_device_fail(&ctl, CCHAN_WAIT_SEMAPHORE, target, seen, waited, status);
 }
 
 /* Spins until *p >= target (acquire, system scope), as cchan_wait_geq_u64 does: the deadline and
