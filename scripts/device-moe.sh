@@ -17,9 +17,9 @@ cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build-device-moe}
 DEST=${OUT:-$BUILD/out}
 JOBS=${JOBS:-$(nproc)}
-TEST_VARIANTS=${TEST_VARIANTS-"ll_reduce=0,pdl=0,ht_senders=10,ht_csenders=12,ht_chunks=40,ht_csub=1"}
-LL_VARIANTS=${LL_VARIANTS-"default;ll_reduce=0;pdl=0;ll_reduce=0,pdl=0"}
-HT_VARIANTS=${HT_VARIANTS-"default;ht_csenders=12;ht_csub=1;pdl=0"}
+TEST_VARIANTS=${TEST_VARIANTS-"ht_senders=10,ht_csenders=12,ht_chunks=40,ht_csub=1"}
+LL_VARIANTS=${LL_VARIANTS-"default"}
+HT_VARIANTS=${HT_VARIANTS-"default;ht_csenders=12;ht_csub=1"}
 mkdir -p "$DEST" "$BUILD"
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS CCHAN_MOE_VARIANT

@@ -2,8 +2,10 @@
  * process per GPU, against an NCCL all-to-all dispatcher measured in the same run.
  *
  *   cchan-run -n <GPUs> build/bench/moe/cchan-moe-bench [--mode ll|ht|all] [--tokens 128]
- *       [--ht-tokens 4096] [--hidden 7168] [--topk 8] [--experts 256] [--reps 9] [--no-nccl]
- *       [--variants 'V1;V2;...'] [--json FILE]
+ *       [--ht-tokens 4096] [--hidden 7168] [--topk 8] [--experts 256] [--blocks 0] [--reps 9]
+ *       [--no-nccl] [--variants 'V1;V2;...'] [--json FILE]
+ *
+ * --blocks sets the LL group's num_blocks (0, the default: the library's choice).
  *
  * --variants measures the library once per CCHAN_MOE_VARIANT value (kernels/moe/
  * moe_internal.h lists the keys; "default" is the library's defaults), each with a group of its
@@ -54,6 +56,7 @@
     } while (0)
 
 static int g_rank = -1, g_n = 0;
+static int g_ll_blocks; /* --blocks: the LL group's num_blocks (0: the library's choice) */
 static cchan_comm_t *g_comm;
 static cudaStream_t g_stream;
 
@@ -357,6 +360,69 @@ typedef struct result {
     double n_disp, n_comb;        /* NCCL all-to-all dispatcher, µs; < 0: not run */
 } result_t;
 
+/* Routing: uniform top-k, distinct experts (DeepEP's test draws random scores), weights 1/K.
+ * Returns the number of selections. */
+static long make_routing(int T, int K, int E, int32_t *h_topk, float *h_w) {
+    long sel = 0;
+    for (int t = 0; t < T; t++) {
+        uint64_t s = mix(0x5eedull + (uint64_t)g_rank * 1000003u + (uint64_t)t);
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                s = mix(s);
+                e = (int)(s % (uint64_t)E);
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= h_topk[t * K + j] == e;
+            } while (dup);
+            h_topk[t * K + k] = e;
+            h_w[t * K + k] = 1.0f / K;
+            sel++;
+        }
+    }
+    return sel;
+}
+
+/* The NCCL all-to-all dispatcher on the same data, into the same output buffers. */
+static void run_a2a(result_t *res, cb_nccl_t *nccl, cb_nccl_comm_t ncomm, const a2a_api_t *api,
+                    int32_t *d_topk, float *w, uint16_t *x, uint16_t *y, uint16_t *comb,
+                    uint8_t *out_x, int reps) {
+    const int L = res->info.local_experts, T = res->T, K = res->K, H = res->H;
+    a2a_t *a = (a2a_t *)calloc(1, sizeof *a);
+    a->ht = res->ht;
+    a->api = *api;
+    a->nccl = *nccl;
+    a->comm = ncomm;
+    a->T = T;
+    a->K = K;
+    a->E = res->E;
+    a->L = L;
+    a->H = H;
+    a->B = T;
+    a->topk = d_topk;
+    a->w = w;
+    a->x = x;
+    a->y = y;
+    a->comb = comb;
+    a->out = (uint16_t *)out_x;
+    CK(cudaMalloc((void **)&a->hist, (size_t)res->E * 4));
+    CK(cudaMalloc((void **)&a->pos, (size_t)T * K * 4));
+    CK(cudaMalloc((void **)&a->rhist, (size_t)g_n * L * 4));
+    CK(cudaMalloc((void **)&a->sendbuf, (size_t)T * K * H * 2));
+    CK(cudaMalloc((void **)&a->recvbuf, (size_t)g_n * T * K * H * 2));
+    CK(cudaMalloc((void **)&a->table, (size_t)g_n * L * 12));
+    a2a_dispatch(a);
+    CK(cudaStreamSynchronize(g_stream));
+    res->n_disp = time_host_op_us(a2a_dispatch, a, reps);
+    res->n_comb = time_host_op_us(a2a_combine, a, reps);
+    cudaFree(a->hist);
+    cudaFree(a->pos);
+    cudaFree(a->rhist);
+    cudaFree(a->sendbuf);
+    cudaFree(a->recvbuf);
+    cudaFree(a->table);
+    free(a);
+}
+
 static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nccl,
                      cb_nccl_comm_t ncomm, const a2a_api_t *api, const char *variant,
                      result_t *res) {
@@ -374,6 +440,7 @@ static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nc
     cfg.hidden = H;
     cfg.top_k = K;
     cfg.max_tokens_per_rank = T;
+    cfg.num_blocks = ht ? 0 : g_ll_blocks;
     cchan_moe_group_t *g = NULL;
     if (variant && *variant)
         setenv("CCHAN_MOE_VARIANT", variant, 1);
@@ -382,24 +449,9 @@ static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nc
     MK(cchan_moe_group_create(g_comm, &cfg, &g));
     MK(cchan_moe_group_info(g, &res->info));
     const int L = res->info.local_experts, NB = res->info.max_rows_per_expert;
-    /* routing: uniform top-k, distinct experts (DeepEP's test draws random scores) */
     int32_t *h_topk = (int32_t *)malloc((size_t)T * K * 4);
     float *h_w = (float *)malloc((size_t)T * K * 4);
-    for (int t = 0; t < T; t++) {
-        uint64_t s = mix(0x5eedull + (uint64_t)g_rank * 1000003u + (uint64_t)t);
-        for (int k = 0; k < K; k++) {
-            int e, dup;
-            do {
-                s = mix(s);
-                e = (int)(s % (uint64_t)E);
-                dup = 0;
-                for (int j = 0; j < k; j++) dup |= h_topk[t * K + j] == e;
-            } while (dup);
-            h_topk[t * K + k] = e;
-            h_w[t * K + k] = 1.0f / K;
-            res->sel++;
-        }
-    }
+    res->sel = make_routing(T, K, E, h_topk, h_w);
     const size_t out_rows = ht ? (size_t)g_n * T : (size_t)L * NB;
     uint16_t *x, *y, *comb;
     uint8_t *out_x;
@@ -449,42 +501,7 @@ static void run_mode(int ht, int T, int H, int K, int E, int reps, cb_nccl_t *nc
     MK(cchan_moe_handle_destroy(c.h));
     MK(cchan_moe_group_destroy(g));
 
-    if (ncomm) {
-        a2a_t *a = (a2a_t *)calloc(1, sizeof *a);
-        a->ht = ht;
-        a->api = *api;
-        a->nccl = *nccl;
-        a->comm = ncomm;
-        a->T = T;
-        a->K = K;
-        a->E = E;
-        a->L = L;
-        a->H = H;
-        a->B = T;
-        a->topk = d_topk;
-        a->w = w;
-        a->x = x;
-        a->y = y;
-        a->comb = comb;
-        a->out = (uint16_t *)out_x;
-        CK(cudaMalloc((void **)&a->hist, (size_t)E * 4));
-        CK(cudaMalloc((void **)&a->pos, (size_t)T * K * 4));
-        CK(cudaMalloc((void **)&a->rhist, (size_t)g_n * L * 4));
-        CK(cudaMalloc((void **)&a->sendbuf, (size_t)T * K * H * 2));
-        CK(cudaMalloc((void **)&a->recvbuf, (size_t)g_n * T * K * H * 2));
-        CK(cudaMalloc((void **)&a->table, (size_t)g_n * L * 12));
-        a2a_dispatch(a);
-        CK(cudaStreamSynchronize(g_stream));
-        res->n_disp = time_host_op_us(a2a_dispatch, a, reps);
-        res->n_comb = time_host_op_us(a2a_combine, a, reps);
-        cudaFree(a->hist);
-        cudaFree(a->pos);
-        cudaFree(a->rhist);
-        cudaFree(a->sendbuf);
-        cudaFree(a->recvbuf);
-        cudaFree(a->table);
-        free(a);
-    }
+    if (ncomm) run_a2a(res, nccl, ncomm, api, d_topk, w, x, y, comb, out_x, reps);
     cudaFree(x);
     cudaFree(out_x);
     cudaFree(y);
@@ -509,6 +526,108 @@ static void print_row(const char *name, double us, double bytes, double base) {
 
 /* ------------------------------------------------------------------ main */
 
+/* NCCL, loaded at run time, NVLS off, when every rank could load it; returns whether it runs and
+ * says why not in `why`. */
+static int setup_nccl(int use_nccl, cb_nccl_t *nccl, a2a_api_t *api, cb_nccl_comm_t *ncomm,
+                      char *why, size_t whyn) {
+    memset(nccl, 0, sizeof *nccl);
+    memset(api, 0, sizeof *api);
+    if (use_nccl) {
+        if (cb_nccl_nvls_guard(why, whyn) != 0 || cb_nccl_load(nccl, why, whyn) != 0) {
+            use_nccl = 0;
+        } else {
+            *(void **)&api->Send = dlsym(nccl->handle, "ncclSend");
+            *(void **)&api->Recv = dlsym(nccl->handle, "ncclRecv");
+            *(void **)&api->GroupStart = dlsym(nccl->handle, "ncclGroupStart");
+            *(void **)&api->GroupEnd = dlsym(nccl->handle, "ncclGroupEnd");
+            if (!api->Send || !api->Recv || !api->GroupStart || !api->GroupEnd) {
+                snprintf(why, whyn, "%s lacks ncclSend/ncclRecv/ncclGroupStart/End", nccl->path);
+                use_nccl = 0;
+            }
+        }
+    }
+    /* every rank must agree on running NCCL */
+    int flags[8], all = 1;
+    MK(cchan_bootstrap_allgather(cchan_comm_bootstrap(g_comm), &use_nccl, flags, sizeof(int)));
+    for (int r = 0; r < g_n && r < 8; r++) all &= flags[r];
+    if (use_nccl && !all) snprintf(why, whyn, "another rank could not load NCCL");
+    use_nccl = all;
+    if (use_nccl) {
+        cb_nccl_unique_id_t id, ids[8];
+        memset(&id, 0, sizeof id);
+        if (g_rank == 0 && nccl->GetUniqueId(&id) != 0) exit(1);
+        MK(cchan_bootstrap_allgather(cchan_comm_bootstrap(g_comm), &id, ids, sizeof id));
+        int st = nccl->CommInitRank(ncomm, g_n, ids[0], g_rank);
+        if (st != 0) {
+            fprintf(stderr, "[r%d] ncclCommInitRank: %s\n", g_rank, cb_nccl_error(nccl, st));
+            exit(1);
+        }
+    }
+    return use_nccl;
+}
+
+/* One variant's rows (llr / htr NULL: that mode not run; ll0 / ht0: the first variant's, which
+ * holds the NCCL figures). */
+static void print_variant(int v, const char *variant, const result_t *llr, const result_t *htr,
+                          const result_t *ll0, const result_t *ht0) {
+    printf("# variant %d: CCHAN_MOE_VARIANT=\"%s\"%s\n", v, variant,
+           variant[0] ? "" : " (the defaults)");
+    printf("%-28s %10s %10s %14s %9s\n", "operation", "cchan_us", "GB/s", "nccl_a2a_us", "speedup");
+    if (llr) {
+        const result_t *r = llr;
+        const double fp8b = (double)r->sel * (r->H + r->H / 128 * 4 + 16),
+                     bf16b = (double)r->sel * r->H * 2;
+        printf("# LL: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f "
+               "MiB (dispatch %.1f + combine %.1f MiB per parity; DeepEP's layout: %.1f "
+               "MiB); rank 0 got %d rows\n",
+               r->T, r->info.num_blocks, r->info.threads_per_block, r->info.num_blocks,
+               r->info.comm_buffer_bytes / 1048576.0, r->info.dispatch_region_bytes / 1048576.0,
+               r->info.combine_region_bytes / 1048576.0,
+               2.0 * 2 * r->E * (double)r->T * (r->H * 2 + 64) / 1048576.0, r->rows);
+        print_row("LL dispatch fp8", r->fp8, fp8b, -1);
+        print_row("LL dispatch bf16", r->bf16, bf16b, ll0->n_disp);
+        print_row("LL combine bf16", r->comb, bf16b, ll0->n_comb);
+        print_row("LL fp8 dispatch+combine", r->pair, -1, -1);
+    }
+    if (htr) {
+        const result_t *r = htr;
+        const double b = (double)r->rows * r->H * 2;
+        printf("# HT: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f "
+               "MiB; rank 0 received %d rows\n",
+               r->T, r->info.num_blocks, r->info.threads_per_block, r->info.num_blocks,
+               r->info.comm_buffer_bytes / 1048576.0, r->rows);
+        print_row("HT dispatch bf16", r->bf16, b, ht0->n_disp);
+        print_row("HT combine bf16", r->comb, b, ht0->n_comb);
+    }
+}
+
+/* --json: every variant's figures as one JSON object. */
+static void write_json(const char *json, const char *gpu, int hidden, int topk, int experts,
+                       const char *const *variants, int nvar, const result_t *ll,
+                       const result_t *ht) {
+    FILE *f = fopen(json, "w");
+    if (f) {
+        fprintf(f,
+                "{\"bench\":\"cchan-moe-bench\",\"ranks\":%d,\"gpu\":\"%s\",\"hidden\":%d,"
+                "\"topk\":%d,\"experts\":%d,\"variants\":[",
+                g_n, gpu, hidden, topk, experts);
+        for (int v = 0; v < nvar; v++)
+            fprintf(f,
+                    "%s{\"variant\":\"%s\",\"ll\":{\"tokens\":%d,\"blocks\":%d,"
+                    "\"buffer_bytes\":%zu,\"dispatch_fp8_us\":%.3f,\"dispatch_bf16_us\":%.3f,"
+                    "\"combine_bf16_us\":%.3f,\"pair_us\":%.3f,\"nccl_dispatch_us\":%.3f,"
+                    "\"nccl_combine_us\":%.3f},\"ht\":{\"tokens\":%d,\"blocks\":%d,"
+                    "\"rows\":%d,\"dispatch_bf16_us\":%.3f,\"combine_bf16_us\":%.3f,"
+                    "\"nccl_dispatch_us\":%.3f,\"nccl_combine_us\":%.3f}}",
+                    v ? "," : "", variants[v], ll[v].T, ll[v].info.num_blocks,
+                    ll[v].info.comm_buffer_bytes, ll[v].fp8, ll[v].bf16, ll[v].comb, ll[v].pair,
+                    ll[0].n_disp, ll[0].n_comb, ht[v].T, ht[v].info.num_blocks, ht[v].rows,
+                    ht[v].bf16, ht[v].comb, ht[0].n_disp, ht[0].n_comb);
+        fprintf(f, "]}\n");
+        fclose(f);
+    }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     int tokens = 128, ht_tokens = 4096, hidden = 7168, topk = 8, experts = 256, reps = 9,
@@ -530,6 +649,8 @@ int main(int argc, char **argv) {
             topk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc)
             experts = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
+            g_ll_blocks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
@@ -545,7 +666,8 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: cchan-run -n <GPUs> %s [--mode ll|ht|all] [--tokens N] "
-                    "[--ht-tokens N] [--hidden H] [--topk K] [--experts E] [--reps R] [--no-nccl] "
+                    "[--ht-tokens N] [--hidden H] [--topk K] [--experts E] [--blocks B] [--reps R] "
+                    "[--no-nccl] "
                     "[--variants 'V1;V2;...'] [--json FILE]\n",
                     argv[0]);
             return 2;
@@ -576,45 +698,11 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, cchan_comm_device(g_comm)));
 
-    /* NCCL, loaded at run time, NVLS off */
     char why[512] = "--no-nccl";
     cb_nccl_t nccl;
-    memset(&nccl, 0, sizeof nccl);
     a2a_api_t api;
-    memset(&api, 0, sizeof api);
     cb_nccl_comm_t ncomm = NULL;
-    if (use_nccl) {
-        if (cb_nccl_nvls_guard(why, sizeof why) != 0 || cb_nccl_load(&nccl, why, sizeof why) != 0) {
-            use_nccl = 0;
-        } else {
-            *(void **)&api.Send = dlsym(nccl.handle, "ncclSend");
-            *(void **)&api.Recv = dlsym(nccl.handle, "ncclRecv");
-            *(void **)&api.GroupStart = dlsym(nccl.handle, "ncclGroupStart");
-            *(void **)&api.GroupEnd = dlsym(nccl.handle, "ncclGroupEnd");
-            if (!api.Send || !api.Recv || !api.GroupStart || !api.GroupEnd) {
-                snprintf(why, sizeof why, "%s lacks ncclSend/ncclRecv/ncclGroupStart/End",
-                         nccl.path);
-                use_nccl = 0;
-            }
-        }
-    }
-    /* every rank must agree on running NCCL */
-    int flags[8], all = 1;
-    MK(cchan_bootstrap_allgather(cchan_comm_bootstrap(g_comm), &use_nccl, flags, sizeof(int)));
-    for (int r = 0; r < g_n && r < 8; r++) all &= flags[r];
-    if (use_nccl && !all) snprintf(why, sizeof why, "another rank could not load NCCL");
-    use_nccl = all;
-    if (use_nccl) {
-        cb_nccl_unique_id_t id, ids[8];
-        memset(&id, 0, sizeof id);
-        if (g_rank == 0 && nccl.GetUniqueId(&id) != 0) exit(1);
-        MK(cchan_bootstrap_allgather(cchan_comm_bootstrap(g_comm), &id, ids, sizeof id));
-        int st = nccl.CommInitRank(&ncomm, g_n, ids[0], g_rank);
-        if (st != 0) {
-            fprintf(stderr, "[r%d] ncclCommInitRank: %s\n", g_rank, cb_nccl_error(&nccl, st));
-            exit(1);
-        }
-    }
+    use_nccl = setup_nccl(use_nccl, &nccl, &api, &ncomm, why, sizeof why);
 
     result_t ll[16], ht[16];
     memset(ll, 0, sizeof ll);
@@ -635,37 +723,9 @@ int main(int argc, char **argv) {
         if (do_ht)
             run_mode(1, ht_tokens, hidden, topk, experts, reps, &nccl, nc, &api, variants[v],
                      &ht[v]);
-        if (g_rank != 0) continue;
-        printf("# variant %d: CCHAN_MOE_VARIANT=\"%s\"%s\n", v, variants[v],
-               variants[v][0] ? "" : " (the defaults)");
-        printf("%-28s %10s %10s %14s %9s\n", "operation", "cchan_us", "GB/s", "nccl_a2a_us",
-               "speedup");
-        if (do_ll) {
-            const result_t *r = &ll[v];
-            const double fp8b = (double)r->sel * (hidden + hidden / 128 * 4 + 16),
-                         bf16b = (double)r->sel * hidden * 2;
-            printf("# LL: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f "
-                   "MiB (dispatch %.1f + combine %.1f MiB per parity; DeepEP's layout: %.1f "
-                   "MiB); rank 0 got %d rows\n",
-                   r->T, r->info.num_blocks, r->info.threads_per_block, r->info.num_blocks,
-                   r->info.comm_buffer_bytes / 1048576.0, r->info.dispatch_region_bytes / 1048576.0,
-                   r->info.combine_region_bytes / 1048576.0,
-                   2.0 * 2 * experts * (double)r->T * (hidden * 2 + 64) / 1048576.0, r->rows);
-            print_row("LL dispatch fp8", r->fp8, fp8b, -1);
-            print_row("LL dispatch bf16", r->bf16, bf16b, ll[0].n_disp);
-            print_row("LL combine bf16", r->comb, bf16b, ll[0].n_comb);
-            print_row("LL fp8 dispatch+combine", r->pair, -1, -1);
-        }
-        if (do_ht) {
-            const result_t *r = &ht[v];
-            const double b = (double)r->rows * hidden * 2;
-            printf("# HT: %d tokens/rank, %d blocks x %d threads (SMs used: %d), buffer %.1f "
-                   "MiB; rank 0 received %d rows\n",
-                   r->T, r->info.num_blocks, r->info.threads_per_block, r->info.num_blocks,
-                   r->info.comm_buffer_bytes / 1048576.0, r->rows);
-            print_row("HT dispatch bf16", r->bf16, b, ht[0].n_disp);
-            print_row("HT combine bf16", r->comb, b, ht[0].n_comb);
-        }
+        if (g_rank == 0)
+            print_variant(v, variants[v], do_ll ? &ll[v] : NULL, do_ht ? &ht[v] : NULL, &ll[0],
+                          &ht[0]);
     }
 
     if (g_rank == 0) {
@@ -674,30 +734,7 @@ int main(int argc, char **argv) {
         else
             printf("# NCCL %d (%s), NCCL_NVLS_ENABLE=%s\n", nccl.version, nccl.path,
                    getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset");
-        if (json) {
-            FILE *f = fopen(json, "w");
-            if (f) {
-                fprintf(f,
-                        "{\"bench\":\"cchan-moe-bench\",\"ranks\":%d,\"gpu\":\"%s\",\"hidden\":%d,"
-                        "\"topk\":%d,\"experts\":%d,\"variants\":[",
-                        g_n, prop.name, hidden, topk, experts);
-                for (int v = 0; v < nvar; v++)
-                    fprintf(
-                        f,
-                        "%s{\"variant\":\"%s\",\"ll\":{\"tokens\":%d,\"blocks\":%d,"
-                        "\"buffer_bytes\":%zu,\"dispatch_fp8_us\":%.3f,\"dispatch_bf16_us\":%.3f,"
-                        "\"combine_bf16_us\":%.3f,\"pair_us\":%.3f,\"nccl_dispatch_us\":%.3f,"
-                        "\"nccl_combine_us\":%.3f},\"ht\":{\"tokens\":%d,\"blocks\":%d,"
-                        "\"rows\":%d,\"dispatch_bf16_us\":%.3f,\"combine_bf16_us\":%.3f,"
-                        "\"nccl_dispatch_us\":%.3f,\"nccl_combine_us\":%.3f}}",
-                        v ? "," : "", variants[v], ll[v].T, ll[v].info.num_blocks,
-                        ll[v].info.comm_buffer_bytes, ll[v].fp8, ll[v].bf16, ll[v].comb, ll[v].pair,
-                        ll[0].n_disp, ll[0].n_comb, ht[v].T, ht[v].info.num_blocks, ht[v].rows,
-                        ht[v].bf16, ht[v].comb, ht[0].n_disp, ht[0].n_comb);
-                fprintf(f, "]}\n");
-                fclose(f);
-            }
-        }
+        if (json) write_json(json, prop.name, hidden, topk, experts, variants, nvar, ll, ht);
     }
     if (ncomm) nccl.CommDestroy(ncomm);
     cchan_comm_destroy(g_comm);

@@ -16,12 +16,14 @@ struct cchan_moe_group {
     cchan_moe_config_t cfg;
     int cuda;
     int nranks, rank, nblocks;
-    int pdl; /* kernels launch as programmatic dependents (moe_variant_t) */
+    int pdl;              /* kernels launch as programmatic dependents (moe_cuda_pdl_ok) */
+    int sharing, ctx_sms; /* CUDA: ranks on this GPU, SMs this context may use */
     cchan_mem_t *buf;
     cchan_mem_t *peers[MOE_MAX_RANKS];
     moe_dev_t dev;
-    void *ws;          /* device: seq, done, sent[N] */
-    int32_t *err_host; /* host view of dev.err */
+    void *ws;                /* device: seq, done, sent[N] */
+    int32_t *err_host;       /* host view of dev.err */
+    cchan_diag_t *diag_host; /* the waits' diagnostic (moe_wait), host view */
     size_t smem_bytes;
     size_t dispatch_region, combine_region;
 };
@@ -122,6 +124,87 @@ static int moe_copy(cchan_moe_group_t *g, void *dst, const void *src, size_t byt
     return 0;
 }
 
+/* ------------------------------------------------------------------ wait diagnostic */
+
+/* "epoch 3 (0x300000000)" for the values whose high half is the epoch, with the dispatch counter's
+ * counts where it has them. */
+static void moe_diag_value(char *out, size_t n, uint32_t what, uint64_t v, int awaited) {
+    const uint32_t ep = MOE_EPOCH_OF(v);
+    switch (what) {
+    case MOE_WAIT_DCOUNT:
+        if (awaited)
+            snprintf(out, n, "epoch %u (value >= 0x%llx)", ep, (unsigned long long)v);
+        else
+            snprintf(out, n, "epoch %u, %u tokens sent, %u for the expert (0x%llx)", ep,
+                     MOE_COUNTER_N(v), MOE_COUNTER_M(v), (unsigned long long)v);
+        return;
+    case MOE_WAIT_HTCOUNT: snprintf(out, n, "epoch %u (0x%llx)", ep, (unsigned long long)v); return;
+    case MOE_WAIT_HTPROG:
+        snprintf(out, n, "epoch %u, rows below %u landed (0x%llx)", ep, (uint32_t)v,
+                 (unsigned long long)v);
+        return;
+    case MOE_WAIT_SENT: snprintf(out, n, "%llu messages", (unsigned long long)v); return;
+    default: snprintf(out, n, "epoch %llu", (unsigned long long)v); return;
+    }
+}
+
+/* What the recorded wait was for, in words. */
+static void moe_diag_what(char *out, size_t n, const cchan_moe_group_t *g, uint32_t id) {
+    const uint32_t i = MOE_DIAG_INDEX(id);
+    const int L = g->dev.local_experts;
+    switch (MOE_DIAG_WHAT(id)) {
+    case MOE_WAIT_ACK:
+        snprintf(out, n, "the acknowledgement that an operation two back was consumed");
+        return;
+    case MOE_WAIT_DCOUNT:
+        snprintf(out, n, "the LL dispatch counter of expert %d (local expert %u)",
+                 g->rank * L + (int)i, i);
+        return;
+    case MOE_WAIT_SENT:
+        snprintf(out, n, "this rank's blocks' messages to rank %u (a block that never ran)", i);
+        return;
+    case MOE_WAIT_WEIGHTS: snprintf(out, n, "the LL combine router weights"); return;
+    case MOE_WAIT_PARTIAL: snprintf(out, n, "the LL combine partial sum of token %u", i); return;
+    case MOE_WAIT_HTCOUNT: snprintf(out, n, "the HT token counts (handle creation)"); return;
+    case MOE_WAIT_HTCHUNK: snprintf(out, n, "the HT dispatch flag of chunk %u", i); return;
+    case MOE_WAIT_HTPROG: snprintf(out, n, "the HT combine progress of chunk %u", i); return;
+    default: snprintf(out, n, "MoE counter 0x%x", id); return;
+    }
+}
+
+/* The group's recorded wait as an error of `where`, then the record is cleared (a host-backend
+ * group stays usable); 0 when there is none. */
+static int moe_diag_report(cchan_moe_group_t *g, int status, const char *where) {
+    cchan_diag_t *r = g->diag_host;
+    if (!r || cchan_load_acquire_sys_u32(&r->state) != CCHAN_DIAG_COMPLETE) {
+        if (status == 0) return 0;
+        return moe_error(status, where, "a device-side wait failed without a record");
+    }
+    char what[160], exp[96], obs[96], from[32] = "";
+    const uint32_t kind = MOE_DIAG_WHAT(r->id);
+    moe_diag_what(what, sizeof what, g, r->id);
+    moe_diag_value(exp, sizeof exp, kind, r->expected, 1);
+    moe_diag_value(obs, sizeof obs, kind, r->observed, 0);
+    if (r->peer >= 0) snprintf(from, sizeof from, " from rank %d", r->peer);
+    int st;
+    if (r->aborted) {
+        /* the communicator says why: a dead peer, or cchan_comm_abort */
+        int cs = 0;
+        const char *why =
+            cchan_comm_get_async_error(g->comm, &cs) == 0 && cs ? cchan_last_error() : "aborted";
+        st = moe_error(cs == CCHAN_ERR_PEER_DEAD ? cs : CCHAN_ERR_ABORTED, where,
+                       "rank %d's wait for %s%s ended by the communicator's abort: expected %s, "
+                       "observed %s (%s)",
+                       r->rank, what, from, exp, obs, why);
+    } else {
+        st = moe_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+                       "rank %d timed out after %.1f s waiting for %s%s: expected %s, observed %s",
+                       r->rank, (double)r->waited_ns / 1e9, what, from, exp, obs);
+    }
+    memset(r, 0, sizeof *r);
+    return st;
+}
+
 /* ------------------------------------------------------------------ running kernels */
 
 static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
@@ -171,13 +254,6 @@ static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
         }
         if (op->phases & MOE_PHASE_RECV)
             for (int i = 0; i < nb && st == 0; i++) st = moe_ll_dispatch_recv(d, op, &b[i], epoch);
-    } else if (d->ll_reduce) {
-        if (op->phases & MOE_PHASE_SEND)
-            for (int i = 0; i < nb && st == 0; i++)
-                st = moe_ll_combine_send_reduced(d, op, &b[i], epoch);
-        if (op->phases & MOE_PHASE_RECV)
-            for (int i = 0; i < nb && st == 0; i++)
-                st = moe_ll_combine_recv_reduced(d, op, &b[i], epoch);
     } else {
         if (op->phases & MOE_PHASE_SEND)
             for (int i = 0; i < nb && st == 0; i++) st = moe_ll_combine_send(d, op, &b[i], epoch);
@@ -187,14 +263,11 @@ static int moe_host_run(cchan_moe_group_t *g, int kind, moe_op_t *op) {
     if (st == 0 && (op->phases & MOE_PHASE_RECV)) moe_op_acks(d, epoch);
     if (op->phases & MOE_PHASE_SEND) *d->seq = epoch + 1;
     free(smem);
-    if (st != 0) {
-        cchan_comm_check_device(g->comm);
-        return moe_error(st,
-                         kind == MOE_KIND_DISPATCH  ? "cchan_moe_dispatch"
-                         : kind == MOE_KIND_COMBINE ? "cchan_moe_combine"
-                                                    : "cchan_moe_handle_create",
-                         "waiting for a peer's counter: %s", cchan_last_error());
-    }
+    if (st != 0)
+        return moe_diag_report(g, st,
+                               kind == MOE_KIND_DISPATCH  ? "cchan_moe_dispatch"
+                               : kind == MOE_KIND_COMBINE ? "cchan_moe_combine"
+                                                          : "cchan_moe_handle_create");
     return 0;
 }
 
@@ -222,8 +295,6 @@ typedef struct moe_shape {
 /* CCHAN_MOE_VARIANT="key=value,...": implementation choices, so one benchmark run can compare them
  * (keys in moe_internal.h). Unknown keys are errors; every rank must pass the same. */
 static int moe_parse_variant(moe_variant_t *v) {
-    v->ll_reduce = 1;
-    v->pdl = 1;
     v->ht_senders = 12;
     v->ht_csenders = 8;
     v->ht_chunks = 48;
@@ -240,11 +311,7 @@ static int moe_parse_variant(moe_variant_t *v) {
         char *eq = strchr(key, '=');
         int val = eq ? atoi(eq + 1) : 1;
         if (eq) *eq = '\0';
-        if (!strcmp(key, "ll_reduce"))
-            v->ll_reduce = val != 0;
-        else if (!strcmp(key, "pdl"))
-            v->pdl = val != 0;
-        else if (!strcmp(key, "ht_senders") && val >= 1)
+        if (!strcmp(key, "ht_senders") && val >= 1)
             v->ht_senders = val;
         else if (!strcmp(key, "ht_csenders") && val >= 1)
             v->ht_csenders = val;
@@ -255,8 +322,7 @@ static int moe_parse_variant(moe_variant_t *v) {
         else if (key[0])
             return moe_error(-EINVAL, "cchan_moe_group_create",
                              "CCHAN_MOE_VARIANT: unknown key or bad value '%s' (keys: "
-                             "ll_reduce, pdl, ht_senders, ht_csenders, ht_chunks, "
-                             "ht_csub)",
+                             "ht_senders, ht_csenders, ht_chunks, ht_csub)",
                              item);
         p += len;
         if (*p == ',') p++;
@@ -298,89 +364,66 @@ static int moe_check_config(const cchan_moe_config_t *c, int nranks) {
     return 0;
 }
 
-int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
-                           cchan_moe_group_t **out) {
+/* Every rank must have passed the same shape: compare before allocating anything. */
+static int moe_agree(cchan_comm_t *comm, const cchan_moe_config_t *cfg, moe_shape_t *mine) {
     const char *w = "cchan_moe_group_create";
-    moe_errmsg[0] = '\0';
-    MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
     const int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
-    int st = moe_check_config(cfg, nranks);
-    if (st) return st;
-
-    /* Every rank must have passed the same shape: compare before allocating anything. */
-    moe_shape_t mine;
-    memset(&mine, 0, sizeof mine);
-    mine.mode = cfg->mode;
-    mine.num_experts = cfg->num_experts;
-    mine.hidden = cfg->hidden;
-    mine.top_k = cfg->top_k;
-    mine.max_tokens = cfg->max_tokens_per_rank;
-    mine.num_blocks = cfg->num_blocks;
-    st = moe_parse_variant(&mine.variant);
+    memset(mine, 0, sizeof *mine);
+    mine->mode = cfg->mode;
+    mine->num_experts = cfg->num_experts;
+    mine->hidden = cfg->hidden;
+    mine->top_k = cfg->top_k;
+    mine->max_tokens = cfg->max_tokens_per_rank;
+    mine->num_blocks = cfg->num_blocks;
+    int st = moe_parse_variant(&mine->variant);
     if (st) return st;
     moe_shape_t all[MOE_MAX_RANKS];
-    st = cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, all, sizeof mine);
+    st = cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), mine, all, sizeof *mine);
     if (st) return moe_error(st, w, "exchanging configurations: %s", cchan_last_error());
     for (int r = 0; r < nranks; r++)
-        if (memcmp(&all[r], &mine, sizeof mine) != 0)
+        if (memcmp(&all[r], mine, sizeof *mine) != 0)
             return moe_error(-EINVAL, w,
                              "rank %d's configuration differs from rank %d's (experts %d/%d, "
                              "hidden %d/%d, top_k %d/%d, max tokens %d/%d, mode %d/%d, blocks "
                              "%d/%d, or CCHAN_MOE_VARIANT)",
-                             r, rank, all[r].num_experts, mine.num_experts, all[r].hidden,
-                             mine.hidden, all[r].top_k, mine.top_k, all[r].max_tokens,
-                             mine.max_tokens, all[r].mode, mine.mode, all[r].num_blocks,
-                             mine.num_blocks);
+                             r, rank, all[r].num_experts, mine->num_experts, all[r].hidden,
+                             mine->hidden, all[r].top_k, mine->top_k, all[r].max_tokens,
+                             mine->max_tokens, all[r].mode, mine->mode, all[r].num_blocks,
+                             mine->num_blocks);
+    return 0;
+}
 
-    cchan_moe_group_t *g = calloc(1, sizeof *g);
-    if (!g) return moe_error(-ENOMEM, w, "group");
-    g->comm = comm;
-    g->cfg = *cfg;
-    g->cfg.size = sizeof g->cfg;
-    g->cuda = cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA;
-    g->nranks = nranks;
-    g->rank = rank;
-#ifndef CCHAN_HAVE_CUDA
-    if (g->cuda) {
-        free(g);
-        return moe_error(CCHAN_ERR_UNSUPPORTED, w,
-                         "a CUDA communicator, but cchan_moe was built "
-                         "without CUDA");
-    }
-#endif
-
+/* The sizes and one parity's layout (moe_wire.h), and each block's shared memory. */
+static void moe_layout(cchan_moe_group_t *g, const moe_shape_t *s) {
     moe_dev_t *d = &g->dev;
-    const int N = nranks, E = cfg->num_experts, L = E / N, H = cfg->hidden, K = cfg->top_k,
-              B = cfg->max_tokens_per_rank;
-    d->rank = rank;
+    const int N = g->nranks, E = s->num_experts, L = E / N, H = s->hidden, K = s->top_k,
+              B = s->max_tokens;
+    d->rank = g->rank;
     d->nranks = N;
     d->num_experts = E;
     d->local_experts = L;
     d->hidden = H;
     d->top_k = K;
     d->max_tokens = B;
-    d->ht = cfg->mode == CCHAN_MOE_HIGH_THROUGHPUT;
-    d->ll_reduce = !d->ht && mine.variant.ll_reduce;
-    g->pdl = mine.variant.pdl;
-    d->ht_senders = mine.variant.ht_senders;
-    d->ht_csenders = mine.variant.ht_csenders;
-    d->ht_chunks = mine.variant.ht_chunks;
-    d->ht_csub = mine.variant.ht_csub;
+    d->ht = s->mode == CCHAN_MOE_HIGH_THROUGHPUT;
+    d->ht_senders = s->variant.ht_senders;
+    d->ht_csenders = s->variant.ht_csenders;
+    d->ht_chunks = s->variant.ht_chunks;
+    d->ht_csub = s->variant.ht_csub;
     d->hdr_bytes = moe_header_bytes(K);
     d->slot_bytes = d->hdr_bytes + (uint32_t)H * 2; /* bf16 is the larger payload */
     d->off_ack = 0;
     d->off_dcnt = moe_align((uint64_t)N * 8);
     if (!d->ht) {
         d->off_ccnt = moe_align(d->off_dcnt + (uint64_t)L * N * 8);
-        /* combine flags: per expert, or per (expert rank, token) when reduced */
-        d->off_wcnt = moe_align(d->off_ccnt + (uint64_t)(d->ll_reduce ? N * B : E) * 8);
+        d->off_wcnt = moe_align(d->off_ccnt + (uint64_t)N * B * 8);
         d->off_cw = moe_align(d->off_wcnt + (uint64_t)N * 8);
-        d->off_disp = moe_align(d->off_cw + (d->ll_reduce ? (uint64_t)N * B * K * 4 : 0));
+        d->off_disp = moe_align(d->off_cw + (uint64_t)N * B * K * 4);
         d->off_cnts = d->off_disp;
         d->off_route = d->off_disp;
         g->dispatch_region = (size_t)N * B * d->slot_bytes;
         d->off_comb = moe_align(d->off_disp + g->dispatch_region);
-        g->combine_region = d->ll_reduce ? (size_t)N * B * H * 4 : (size_t)B * K * H * 2;
+        g->combine_region = (size_t)N * B * H * 4;
         g->smem_bytes = (size_t)moe_smem_bytes(K, N, L, B);
     } else {
         d->off_hflag = moe_align(d->off_dcnt + (uint64_t)N * 8);
@@ -394,83 +437,168 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
         g->smem_bytes = (size_t)moe_smem_bytes(K, N, L, 0);
     }
     d->parity_bytes = moe_align(d->off_comb + g->combine_region);
+}
 
+#ifdef CCHAN_HAVE_CUDA
+/* The grid (docs/moe.md, "Co-residency"). Every kernel is launched cooperatively, so its blocks
+ * must fit at once on the SMs this context may use; and the ranks that share this GPU split those
+ * SMs, because MPS may place every client's blocks on the same SMs (each rank's kernel must be
+ * resident while it waits for the others'). Collective: the ranks exchange their GPUs' UUIDs. */
+static int moe_cuda_grid(cchan_moe_group_t *g, const cchan_moe_config_t *cfg) {
+    const char *w = "cchan_moe_group_create";
+    moe_cuda_res_t res, all[MOE_MAX_RANKS];
+    int per_sm = 0;
+    if (moe_cuda_resources(cchan_comm_device(g->comm), &res) != 0 ||
+        moe_cuda_prepare(g->smem_bytes, g->dev.ht, &per_sm) != 0)
+        return moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+    int st = cchan_bootstrap_allgather(cchan_comm_bootstrap(g->comm), &res, all, sizeof res);
+    if (st) return moe_error(st, w, "exchanging GPU identities: %s", cchan_last_error());
+    int sharing = 0;
+    for (int r = 0; r < g->nranks; r++) sharing += !memcmp(all[r].uuid, res.uuid, sizeof res.uuid);
+    g->sharing = sharing;
+    g->ctx_sms = res.ctx_sms;
+    if (per_sm < 1)
+        return moe_error(CCHAN_ERR_UNSUPPORTED, w,
+                         "no block of the kernels fits on an SM (%zu bytes of shared memory)",
+                         g->smem_bytes);
+    const int fit = per_sm * res.ctx_sms; /* the most blocks resident at once */
+    int share = res.ctx_sms / sharing;
+    if (share < 1) share = 1;
+    if (cfg->num_blocks)
+        g->nblocks = cfg->num_blocks;
+    else
+        g->nblocks = g->dev.ht && share > MOE_HT_DEFAULT_BLOCKS ? MOE_HT_DEFAULT_BLOCKS : share;
+    if (g->nblocks > fit)
+        return moe_error(-EINVAL, w,
+                         "num_blocks %d: at most %d blocks can be resident at once (%d SMs "
+                         "available to this context x %d blocks per SM), and the kernels' blocks "
+                         "wait for each other",
+                         g->nblocks, fit, res.ctx_sms, per_sm);
+    g->pdl = moe_cuda_pdl_ok();
+    return 0;
+}
+#endif
+
+/* The group's wait diagnostic (moe_wait): host-mapped on CUDA, so it can be read after a trap. */
+static int moe_diag_alloc(cchan_moe_group_t *g) {
     if (g->cuda) {
 #ifdef CCHAN_HAVE_CUDA
-        int sms = 0;
-        if (moe_cuda_sm_count(cchan_comm_device(comm), &sms) != 0) {
-            free(g);
-            return moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
-        }
-        g->nblocks = cfg->num_blocks ? cfg->num_blocks : d->ht ? MOE_HT_DEFAULT_BLOCKS : sms;
-        if (g->nblocks > sms) {
-            free(g);
-            return moe_error(-EINVAL, w,
-                             "num_blocks %d > %d SMs: the kernels' blocks wait for "
-                             "each other and must all be resident",
-                             cfg->num_blocks, sms);
-        }
-        if (moe_cuda_prepare(g->smem_bytes) != 0) {
-            free(g);
-            return moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
-        }
+        void *h = NULL, *dv = NULL;
+        if (moe_cuda_host_mapped(sizeof(cchan_diag_t), &h, &dv) != 0)
+            return moe_error(CCHAN_ERR_CUDA, "cchan_moe_group_create", "wait diagnostic: %s",
+                             moe_cuda_error());
+        g->diag_host = (cchan_diag_t *)h;
+        g->dev.diag = (cchan_diag_t *)dv;
+#endif
+        return 0;
+    }
+    g->diag_host = calloc(1, sizeof(cchan_diag_t));
+    if (!g->diag_host) return moe_error(-ENOMEM, "cchan_moe_group_create", "wait diagnostic");
+    g->dev.diag = g->diag_host;
+    return 0;
+}
+
+/* The exchanged buffer, mapped from every peer. */
+static int moe_buffers(cchan_moe_group_t *g) {
+    const char *w = "cchan_moe_group_create";
+    const unsigned long long buf_bytes = 2 * g->dev.parity_bytes;
+    int st = cchan_mem_alloc(g->comm, (size_t)buf_bytes, 0, &g->buf);
+    if (st)
+        return moe_error(st, w, "communication buffer of %llu bytes: %s", buf_bytes,
+                         cchan_last_error());
+    st = cchan_mem_exchange(g->comm, g->buf, g->peers);
+    if (st) {
+        cchan_mem_destroy(g->buf);
+        g->buf = NULL;
+        return moe_error(st, w, "exchanging the buffer: %s", cchan_last_error());
+    }
+    for (int r = 0; r < g->nranks; r++) g->dev.peer[r] = (uint8_t *)cchan_mem_ptr(g->peers[r]);
+    return 0;
+}
+
+/* The workspace (seq, done, sent[N]) with epochs starting at 1 (a zeroed counter is older than
+ * any), and the routing-error record. */
+static int moe_workspace(cchan_moe_group_t *g) {
+    const char *w = "cchan_moe_group_create";
+    moe_dev_t *d = &g->dev;
+    size_t ws_bytes = 16 + (size_t)g->nranks * 8;
+    int st = moe_dalloc(g, ws_bytes, &g->ws, "workspace");
+    if (st) return st;
+    uint8_t *init = calloc(1, ws_bytes);
+    if (!init) return moe_error(-ENOMEM, w, "workspace init");
+    uint32_t one = 1;
+    memcpy(init, &one, 4);
+    st = moe_copy(g, g->ws, init, ws_bytes, NULL, "workspace init");
+#ifdef CCHAN_HAVE_CUDA
+    if (st == 0 && g->cuda && moe_cuda_stream_sync(NULL) != 0)
+        st = moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+#endif
+    free(init);
+    if (st) return st;
+    d->seq = (uint32_t *)g->ws;
+    d->done = (uint32_t *)g->ws + 1;
+    d->sent = (uint64_t *)(void *)((uint8_t *)g->ws + 16);
+    /* the record lives in device memory (atomics on it stay on the GPU); cchan_moe_check copies
+     * it out */
+    g->err_host = calloc(4, sizeof(int32_t));
+    if (!g->err_host) return moe_error(-ENOMEM, w, "error record");
+    if (g->cuda) return moe_dalloc(g, 4 * sizeof(int32_t), (void **)&d->err, "error record");
+    d->err = g->err_host;
+    return 0;
+}
+
+int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
+                           cchan_moe_group_t **out) {
+    const char *w = "cchan_moe_group_create";
+    moe_errmsg[0] = '\0';
+    MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
+    int st = moe_check_config(cfg, cchan_comm_size(comm));
+    if (st) return st;
+    moe_shape_t mine;
+    st = moe_agree(comm, cfg, &mine);
+    if (st) return st;
+
+    cchan_moe_group_t *g = calloc(1, sizeof *g);
+    if (!g) return moe_error(-ENOMEM, w, "group");
+    g->comm = comm;
+    g->cfg = *cfg;
+    g->cfg.size = sizeof g->cfg;
+    g->cuda = cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA;
+    g->nranks = cchan_comm_size(comm);
+    g->rank = cchan_comm_rank(comm);
+    moe_layout(g, &mine);
+    /* the deadline and the abort word are the communicator's; the record and what each wait names
+     * are the group's (moe_wait) */
+    g->dev.ctl = cchan_comm_wait_ctl(comm, -1, MOE_DIAG_ID(0, 0));
+    if (g->cuda) {
+#ifdef CCHAN_HAVE_CUDA
+        st = moe_cuda_grid(g, cfg);
+#else
+        st = moe_error(CCHAN_ERR_UNSUPPORTED, w,
+                       "a CUDA communicator, but cchan_moe was built without CUDA");
 #endif
     } else {
         g->nblocks = cfg->num_blocks ? cfg->num_blocks : MOE_HOST_BLOCKS;
         if (g->nblocks > MOE_HOST_BLOCKS * 4) g->nblocks = MOE_HOST_BLOCKS * 4;
     }
-
-    const unsigned long long buf_bytes = 2 * d->parity_bytes;
-    st = cchan_mem_alloc(comm, (size_t)buf_bytes, 0, &g->buf);
     if (st) {
         free(g);
-        return moe_error(st, w, "communication buffer of %llu bytes: %s", buf_bytes,
-                         cchan_last_error());
+        return st;
     }
-    st = cchan_mem_exchange(comm, g->buf, g->peers);
+    st = moe_buffers(g);
     if (st) {
-        cchan_mem_destroy(g->buf);
         free(g);
-        return moe_error(st, w, "exchanging the buffer: %s", cchan_last_error());
+        return st;
     }
-    for (int r = 0; r < N; r++) d->peer[r] = (uint8_t *)cchan_mem_ptr(g->peers[r]);
-
-    size_t ws_bytes = 16 + (size_t)N * 8;
-    st = moe_dalloc(g, ws_bytes, &g->ws, "workspace");
-    if (st == 0) {
-        uint8_t *init = calloc(1, ws_bytes);
-        if (!init) st = moe_error(-ENOMEM, w, "workspace init");
-        uint32_t one = 1;
-        if (init) memcpy(init, &one, 4); /* epochs start at 1: a zeroed counter is older than any */
-        if (!st) st = moe_copy(g, g->ws, init, ws_bytes, NULL, "workspace init");
-#ifdef CCHAN_HAVE_CUDA
-        if (st == 0 && g->cuda && moe_cuda_stream_sync(NULL) != 0)
-            st = moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
-#endif
-        free(init);
-    }
-    if (st == 0) {
-        d->seq = (uint32_t *)g->ws;
-        d->done = (uint32_t *)g->ws + 1;
-        d->sent = (uint64_t *)(void *)((uint8_t *)g->ws + 16);
-        /* the record lives in device memory (atomics on it stay on the GPU); cchan_moe_check
-         * copies it out */
-        g->err_host = calloc(4, sizeof(int32_t));
-        if (!g->err_host) st = moe_error(-ENOMEM, w, "error record");
-        if (!st && g->cuda)
-            st = moe_dalloc(g, 4 * sizeof(int32_t), (void **)&d->err, "error record");
-        else
-            d->err = g->err_host;
+    st = moe_workspace(g);
+    if (!st) st = moe_diag_alloc(g);
+    if (!st) {
+        st = cchan_bootstrap_barrier(cchan_comm_bootstrap(comm));
+        if (st) st = moe_error(st, w, "barrier: %s", cchan_last_error());
     }
     if (st) {
         cchan_moe_group_destroy(g);
         return st;
-    }
-    d->ctl = cchan_comm_wait_ctl(comm, -1, 0x4d6f45u /* "MoE" */);
-    st = cchan_bootstrap_barrier(cchan_comm_bootstrap(comm));
-    if (st) {
-        cchan_moe_group_destroy(g);
-        return moe_error(st, w, "barrier: %s", cchan_last_error());
     }
     *out = g;
     return 0;
@@ -510,6 +638,13 @@ int cchan_moe_group_destroy(cchan_moe_group_t *g) {
     moe_dfree(g, g->ws);
     if (g->cuda) moe_dfree(g, g->dev.err);
     free(g->err_host);
+    if (g->cuda) {
+#ifdef CCHAN_HAVE_CUDA
+        moe_cuda_host_free(g->diag_host);
+#endif
+    } else {
+        free(g->diag_host);
+    }
     free(g);
     return st;
 }
@@ -517,7 +652,10 @@ int cchan_moe_group_destroy(cchan_moe_group_t *g) {
 int cchan_moe_check(cchan_moe_group_t *g) {
     const char *w = "cchan_moe_check";
     MOE_ARG(g != NULL, w);
-    int st = cchan_comm_check_device(g->comm);
+    /* first the waits' record: it is host memory, still readable when a kernel has trapped */
+    int st = moe_diag_report(g, 0, w);
+    if (st) return st;
+    st = cchan_comm_check_device(g->comm);
     if (st) return moe_error(st, w, "%s", cchan_last_error());
     if (g->cuda) {
         st = moe_copy(g, g->err_host, g->dev.err, 4 * sizeof(int32_t), NULL,
@@ -612,7 +750,7 @@ int cchan_moe_handle_create(cchan_moe_group_t *g, const int32_t *topk_idx, int n
         st = moe_dalloc(g, (size_t)(d->ht ? 1 : d->local_experts) * d->nranks * d->max_tokens * 4,
                         (void **)&h->src, "row sources");
     if (!st) st = moe_dalloc(g, 16, (void **)&h->epoch, "epochs");
-    if (!st && d->ll_reduce) {
+    if (!st && !d->ht) { /* combine's row index, filled by dispatch */
         const size_t nb = (size_t)d->nranks * d->max_tokens;
         st = moe_dalloc(g, nb * 4, (void **)&h->tok, "message tokens");
         if (!st) st = moe_dalloc(g, nb * d->top_k * 4, (void **)&h->inv, "row index");

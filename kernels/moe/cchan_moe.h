@@ -1,4 +1,4 @@
-/* cchan MoE: expert-parallel dispatch and combine built on cchan (issue 8).
+/* cchan MoE: expert-parallel dispatch and combine built on cchan.
  *
  * The shape of the API follows NCCL EP (seed 001, §III): a long-lived group created collectively
  * from a cchan communicator, a per-forward-pass handle holding the routing, and dispatch / combine

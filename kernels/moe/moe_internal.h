@@ -3,7 +3,8 @@
 #define CCHAN_MOE_INTERNAL_H
 
 #include "cchan_moe.h"
-#include "moe_kernels.h"
+#include "moe_ht.h"
+#include "moe_ll.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,19 +17,13 @@ enum moe_kind { MOE_KIND_DISPATCH = 1, MOE_KIND_COMBINE = 2, MOE_KIND_HT_META = 
 
 #define MOE_HT_DEFAULT_BLOCKS 24 /* HT kernels use at most this many SMs by default */
 
-/* Implementation choices a group reads from CCHAN_MOE_VARIANT ("key=value,...") at creation
- * (cchan_moe.c), so that one benchmark run can compare them; every rank must pass the same. The
- * defaults are the fastest measured on 2 H200s (docs/moe.md).
- *   ll_reduce=1  LL combine: the expert side sums a token's local experts and sends one f32 row
- *                per (token, rank) (0: one bf16 row per (token, k), summed at the token's rank)
- *   pdl=1        dispatch and combine kernels launch as programmatic dependents of the previous
- *                kernel on the stream (sm_90): their launch (and the LL routing scan) overlaps
- *                the previous kernel's tail
- *   ht_senders=12, ht_csenders=8, ht_chunks=48, ht_csub=4
- *                HT: blocks that send in dispatch / combine (the rest receive), chunks per rank's
+/* HT tuning a group reads from CCHAN_MOE_VARIANT ("key=value,...") at creation (cchan_moe.c), so
+ * that one benchmark run can compare splits; every rank must pass the same. The defaults and the
+ * measurements behind them are in docs/moe.md.
+ *   ht_senders, ht_csenders, ht_chunks, ht_csub
+ *                blocks that send in dispatch / combine (the rest receive), chunks per rank's
  *                tokens, and progress flags per chunk in combine */
 typedef struct moe_variant {
-    int32_t ll_reduce, pdl;
     int32_t ht_senders, ht_csenders, ht_chunks, ht_csub;
 } moe_variant_t;
 
@@ -39,10 +34,26 @@ void moe_cuda_free(void *ptr);
 int moe_cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 int moe_cuda_memset_async(void *dst, int v, size_t bytes, void *stream);
 int moe_cuda_stream_sync(void *stream);
-int moe_cuda_sm_count(int device, int *out);
-int moe_cuda_prepare(size_t smem_bytes);
+/* What the calling thread's context may run at once: the SMs it may use (the device's, less what
+ * an MPS active-thread percentage or a green context withholds), and the device's UUID (ranks
+ * sharing one GPU find each other by it). */
+typedef struct moe_cuda_res {
+    int ctx_sms;
+    unsigned char uuid[16];
+} moe_cuda_res_t;
+int moe_cuda_resources(int device, moe_cuda_res_t *out);
+/* Sets the kernels' shared memory and reports the most blocks of `kind`'s kernel (ht: the HT
+ * kernels) one SM holds at once. */
+int moe_cuda_prepare(size_t smem_bytes, int ht, int *blocks_per_sm);
+/* Launches the operation's kernel cooperatively (every block resident at once, or an error at
+ * launch). A group's kernels may also be programmatic dependents of the stream's previous kernel
+ * (pdl), where the device supports both together (moe_cuda_pdl_ok). */
 int moe_cuda_launch(int kind, const moe_dev_t *dev, const moe_op_t *op, int nblocks,
                     size_t smem_bytes, int pdl, void *stream);
+int moe_cuda_pdl_ok(void);
+/* Host-mapped memory: the group's wait diagnostic, readable after a kernel traps. */
+int moe_cuda_host_mapped(size_t bytes, void **host, void **dev);
+void moe_cuda_host_free(void *host);
 const char *moe_cuda_error(void);
 
 #ifdef __cplusplus

@@ -1,15 +1,29 @@
-/* cchan MoE kernels: the bodies of the dispatch and combine kernels as inline functions over
- * (block, nblocks, tid, nthreads), so that the same code runs on a GPU (moe_cuda.cu wraps each in a
- * __global__ function, all phases of an operation in one launch) and on CPU threads (cchan_moe.c
- * runs the phases one after the other, a "block" being one thread). Internal to
- * kernels/moe; the layout is in moe_wire.h.
+/* cchan MoE kernels, the part both modes share: the device view of a group (moe_dev_t), one
+ * operation's arguments (moe_op_t), a block's context and shared memory, the device-side waits and
+ * their diagnostic, portable helpers, and the operation bookkeeping. The bodies of the kernels are
+ * in moe_ll.h (low latency) and moe_ht.h (high throughput); the buffer layout in moe_wire.h.
  *
- * Synchronization is the per-(expert, rank) counters of moe_wire.h and nothing else: a sender
- * writes its data with plain stores into the peer's buffer (cchan memory-channel style, NVLink or
- * shared memory), then releases the counter at system scope; the receiver's cchan wait on the
- * counter acquires the data. Within a rank, blocks that sent tokens to rank r count them in
- * `sent[r]` (device memory) after a system-scope fence; the block that signals r waits for the
- * count.
+ * Every body is an inline function over (block, nblocks, tid, nthreads), so the same code runs on
+ * a GPU (moe_cuda.cu wraps each in a __global__ function, all phases of an operation in one
+ * cooperative launch) and on CPU threads (cchan_moe.c runs the phases one after the other, a
+ * "block" being one thread). Internal to kernels/moe.
+ *
+ * Synchronization is the counters and flags of moe_wire.h and nothing else: a sender writes its
+ * data with plain stores into the peer's buffer (cchan memory-channel style, NVLink or shared
+ * memory), then releases the counter at system scope; the receiver's wait on the counter acquires
+ * the data. Within a rank, blocks that sent tokens to rank r count them in `sent[r]` (device
+ * memory) after a system-scope fence; the block that signals r waits for the count, so the LL
+ * dispatch needs every block of its grid resident (docs/moe.md, "Co-residency").
+ *
+ * Shape names, everywhere in kernels/moe:
+ *   N   ranks                          E   experts (global ids 0..E-1)
+ *   L   experts per rank (E / N)       K   top-k (experts per token)
+ *   H   hidden (channels per token)    B   max tokens per rank (group's max_tokens_per_rank)
+ *   T   this operation's tokens        NB  N * B: rows per local expert (LL output)
+ *   P   LL message slot bytes          C   HT chunks per rank's tokens
+ *   S   HT sending blocks              R   HT receiving blocks
+ *   Q   HT combine parts per chunk     RW  HT route row words
+ *   nv  16-byte vectors per bf16 row (H / 8)
  */
 #ifndef CCHAN_MOE_KERNELS_H
 #define CCHAN_MOE_KERNELS_H
@@ -24,12 +38,11 @@ CCHAN_EXTERN_C_BEGIN
 /* Device view of a group: sizes, the layout, and the buffers. Passed by value to kernels. */
 typedef struct moe_dev {
     int32_t rank, nranks, num_experts, local_experts, hidden, top_k, max_tokens;
-    int32_t ht;        /* 1: high-throughput layout */
-    int32_t ll_reduce; /* LL combine: the expert side sums a token's local experts (moe_wire.h) */
+    int32_t ht; /* 1: high-throughput layout */
     uint32_t hdr_bytes, slot_bytes;
     uint64_t parity_bytes; /* one parity of the layout */
     uint64_t off_ack, off_dcnt, off_ccnt, off_cnts, off_disp, off_route, off_comb; /* in a parity */
-    uint64_t off_wcnt, off_cw;    /* LL reduced combine: weight counters [N], weights [N][B][K] */
+    uint64_t off_wcnt, off_cw;    /* LL combine: weight counters [N], weights [N][B][K] */
     int32_t ht_senders;           /* HT: dispatch blocks that send (the others receive) */
     int32_t ht_csenders;          /* HT: combine blocks that send */
     int32_t ht_csub;              /* HT combine: progress flags per chunk */
@@ -40,7 +53,8 @@ typedef struct moe_dev {
     uint32_t *done;               /* blocks finished in the current operation */
     uint64_t *sent; /* [N] messages of this operation whose stores are fenced, per destination */
     int32_t *err;   /* [4] first routing error: code, token, k, value (host-readable) */
-    cchan_wait_ctl_t ctl;
+    cchan_wait_ctl_t ctl; /* the communicator's: deadline, and the abort word in its record */
+    cchan_diag_t *diag;   /* the group's own record of a failed wait (moe_wait) */
 } moe_dev_t;
 
 /* One operation's arguments. */
@@ -54,8 +68,8 @@ typedef struct moe_op {
     void *out;               /* dispatch: tokens out; combine: [T][H] bf16 */
     float *out_scales;       /* dispatch fp8: scales out */
     int32_t *out_counts;     /* dispatch: [L] tokens per local expert (may be NULL) */
-    int32_t *h_counts;       /* handle: [L] tokens per local expert (LL), [N] rows per rank (HT) */
-    uint32_t *h_src;         /* handle LL: [L][N·B] rank << 24 | t·K + k of each output row */
+    int32_t *h_counts;       /* handle: [L] tokens per local expert */
+    uint32_t *h_src;         /* handle: LL [L][NB], HT [NB]: moe_src_pack(rank, row) of each row */
     int32_t *h_tok;          /* handle LL: [N][B] token (at its rank) of message a from rank s */
     int32_t *h_inv;          /* handle LL: [N][B][K] output row of (rank s, token t, k), -1: none */
     int32_t *h_nmsg;         /* handle LL: [N] messages received from each rank */
@@ -64,7 +78,7 @@ typedef struct moe_op {
     uint32_t *h_mask;        /* handle HT: [T] ranks token t goes to */
     int32_t *h_mat;          /* handle HT: [N][N] tokens rank s sends rank r */
     int32_t *h_base;         /* handle HT: [N] first row of my tokens at rank r */
-    uint64_t *h_chunk;       /* handle HT: [N][C] rows of rank s's chunk c: lo | n << 32 */
+    uint64_t *h_chunk;       /* handle HT: [N][C] moe_ht_desc of rank s's chunk c */
     int32_t *out_route;      /* HT dispatch: [rows][K] local expert ids; NULL: not wanted */
     float *out_weights;      /* HT dispatch: [rows][K]; NULL: not wanted */
     const float *in_weights; /* HT dispatch: the tokens' router weights, may be NULL */
@@ -117,6 +131,100 @@ CCHAN_DEVICE_INLINE void moe_smem_layout(moe_block_t *b, uint8_t *smem, int K, i
     b->misc = (int32_t *)(void *)p;
     p += (4 * MOE_MAX_RANKS + MOE_MAX_TOPK) * 4;
     b->slot = (uint16_t *)(void *)p;
+}
+
+/* ------------------------------------------------------------------ packed words
+ *
+ * Where an output row came from (handle h_src, both modes): the sending rank and, LL, t * K + k of
+ * the token's selection there, HT, the token index there. */
+CCHAN_HOST_DEVICE_INLINE uint32_t moe_src_pack(int rank, uint32_t row) {
+    return ((uint32_t)rank << 24) | row;
+}
+CCHAN_HOST_DEVICE_INLINE int moe_src_rank(uint32_t v) { return (int)(v >> 24); }
+CCHAN_HOST_DEVICE_INLINE uint32_t moe_src_row(uint32_t v) { return v & 0xffffffu; }
+
+/* ------------------------------------------------------------------ device-side waits
+ *
+ * Every wait of the kernels goes through moe_wait, which names the counter it awaits: the
+ * diagnostic record (the group's own, host-mapped so it survives a trap) then says which counter
+ * (class and index: expert, token or chunk), from which rank, expected and observed values, and
+ * whether the communicator's abort ended it; cchan_moe.c's moe_diag_report turns it into words.
+ * The record's id packs class and index; on a GPU the communicator's record gets the wait too. */
+enum moe_wait_what {
+    MOE_WAIT_ACK = 1,     /* index: the acknowledging rank (the peer) */
+    MOE_WAIT_DCOUNT = 2,  /* LL dispatch counter; index: local expert */
+    MOE_WAIT_SENT = 3,    /* this rank's blocks' fenced messages to rank `index` (no peer) */
+    MOE_WAIT_WEIGHTS = 4, /* LL combine router weights from the peer */
+    MOE_WAIT_PARTIAL = 5, /* LL combine partial sum; index: my token */
+    MOE_WAIT_HTCOUNT = 6, /* HT handle creation: the peer's token counts */
+    MOE_WAIT_HTCHUNK = 7, /* HT dispatch chunk flag; index: chunk */
+    MOE_WAIT_HTPROG = 8   /* HT combine progress; index: chunk */
+};
+#define MOE_DIAG_TAG 0x4du /* 'M': the id's top byte */
+#define MOE_DIAG_ID(what, index)                                                                   \
+    ((MOE_DIAG_TAG << 24) | ((uint32_t)(what) << 20) | ((index)&0xfffffu))
+#define MOE_DIAG_WHAT(id) (((id) >> 20) & 0xfu)
+#define MOE_DIAG_INDEX(id) ((id)&0xfffffu)
+
+/* Ends a wait that passed the deadline or saw the communicator's abort. The group's record gets
+ * (what, index, peer, target, last value seen), first writer only, as cchan_device_fail writes a
+ * record; on a GPU the communicator's record gets the same wait (peer: the source rank, id: the
+ * packed counter), so cchan_comm_check_device names it too, and the kernel traps. The host backend
+ * leaves the communicator's record alone (there it would outlive the error) and returns the
+ * status. */
+CCHAN_DEVICE_INLINE int moe_wait_fail(const moe_dev_t *d, const cchan_deadline_t *dl,
+                                      uint64_t target, uint64_t seen, uint32_t what, int peer,
+                                      uint32_t index) {
+    const int abort = cchan_wait_aborted(&d->ctl);
+    const int status = abort == 0                     ? CCHAN_ERR_DEVICE_TIMEOUT
+                       : abort == CCHAN_ERR_PEER_DEAD ? CCHAN_ERR_PEER_DEAD
+                                                      : CCHAN_ERR_ABORTED;
+    const uint64_t waited = dl->start_ns != 0 ? cchan_clock_ns() - dl->start_ns : 0;
+    cchan_diag_t *g = d->diag;
+    if (g != NULL && cchan_load_relaxed_sys_u32(&g->state) == CCHAN_DIAG_EMPTY &&
+        cchan_fetch_add_acq_rel_dev_u32(&g->claim, 1) == 0) {
+        g->kind = CCHAN_WAIT_SEMAPHORE;
+        g->rank = d->rank;
+        g->peer = peer;
+        g->id = MOE_DIAG_ID(what, index);
+        g->expected = target;
+        g->observed = seen;
+        g->waited_ns = waited;
+        g->aborted = abort != 0;
+        cchan_store_release_sys_u32(&g->state, CCHAN_DIAG_COMPLETE);
+    }
+    cchan_wait_ctl_t ctl = d->ctl;
+    ctl.peer = peer;
+    ctl.id = MOE_DIAG_ID(what, index);
+#if defined(CCHAN_BACKEND_HOST)
+    ctl.diag = NULL;
+#endif
+    return cchan_device_fail(&ctl, CCHAN_WAIT_SEMAPHORE, target, seen, waited, status);
+}
+
+/* Spins until *p >= target (acquire, system scope), as cchan_wait_geq_u64 does: the deadline and
+ * the abort word are the communicator's, the record of a failure the group's. 0, or on the host
+ * backend CCHAN_ERR_DEVICE_TIMEOUT / CCHAN_ERR_PEER_DEAD / CCHAN_ERR_ABORTED (a GPU traps). */
+CCHAN_DEVICE_INLINE int moe_wait(const moe_dev_t *d, const uint64_t *p, uint64_t target,
+                                 uint32_t what, int peer, uint32_t index) {
+    uint64_t v = cchan_load_acquire_sys_u64(p);
+    if (CCHAN_LIKELY(v >= target)) return CCHAN_OK;
+    cchan_deadline_t dl;
+    cchan_deadline_init(&dl);
+#if !defined(CCHAN_BACKEND_HOST)
+    if (d->ctl.timeout_ns == 0) { /* the bare poll; the abort word once every stride */
+        uint32_t it = 0;
+        while ((v = cchan_load_acquire_sys_u64(p)) < target)
+            if (CCHAN_UNLIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) == 0) &&
+                cchan_wait_aborted(&d->ctl) != 0)
+                return moe_wait_fail(d, &dl, target, v, what, peer, index);
+        return CCHAN_OK;
+    }
+#endif
+    while ((v = cchan_load_acquire_sys_u64(p)) < target)
+        if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, &d->ctl)))
+            return moe_wait_fail(d, &dl, target, v, what, peer, index);
+    return CCHAN_OK;
 }
 
 /* ------------------------------------------------------------------ small portable helpers */
@@ -343,961 +451,8 @@ CCHAN_DEVICE_INLINE int moe_wait_acks(const moe_dev_t *d, moe_block_t *b, uint32
         const uint64_t *ack =
             (const uint64_t *)(const void *)(moe_parity(d, d->rank, epoch) + d->off_ack);
         for (int r = (int)b->tid; r < d->nranks; r += (int)b->nthreads) {
-            int s = cchan_wait_geq_u64(&ack[r], epoch - 2, &d->ctl, CCHAN_WAIT_SEMAPHORE);
+            int s = moe_wait(d, &ack[r], epoch - 2, MOE_WAIT_ACK, r, (uint32_t)r);
             if (s != CCHAN_OK) st = s;
-        }
-    }
-    cchan_block_sync();
-    return st;
-}
-
-/* This block's share [lo, hi) of n items, contiguous. */
-CCHAN_DEVICE_INLINE void moe_range(int n, const moe_block_t *b, int *lo, int *hi) {
-    *lo = (int)((int64_t)n * b->block / b->nblocks);
-    *hi = (int)((int64_t)n * (b->block + 1) / b->nblocks);
-}
-
-/* ------------------------------------------------------------------ LL dispatch */
-
-/* Sends this block's tokens: each once to every rank that holds one of its experts, header then
- * data, bf16 or fp8 with per-128-channel scales computed here. Then counts them in sent[r]. */
-CCHAN_DEVICE_INLINE int moe_ll_dispatch_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                             uint32_t epoch) {
-    const int T = op->num_tokens, K = d->top_k, H = d->hidden, N = d->nranks, B = d->max_tokens;
-    const uint32_t P = d->slot_bytes, hdr = d->hdr_bytes;
-    int st = moe_wait_acks(d, b, epoch);
-    for (int t = (int)b->block; t < T; t += (int)b->nblocks) {
-        const uint32_t m = b->mask[t];
-        uint8_t *dst[MOE_MAX_RANKS];
-        int nd = 0;
-        for (int r = 0; r < N; r++)
-            if ((m >> r) & 1u)
-                dst[nd++] = moe_parity(d, r, epoch) + d->off_disp +
-                            ((uint64_t)d->rank * B + b->slot[t * N + r]) * P;
-        if (nd == 0) continue;
-        const int32_t *row = b->topk + (int64_t)t * K;
-        for (int w = (int)b->tid; w < (int)(hdr / 4); w += (int)b->nthreads) {
-            int32_t v = w == 0 ? t : w == 1 ? K : (w - 2 < K ? row[w - 2] : -1);
-            for (int j = 0; j < nd; j++) ((int32_t *)(void *)dst[j])[w] = v;
-        }
-        const uint16_t *src = op->x + (int64_t)t * H;
-        const int nvec = H / 8; /* 8 channels = 16 bytes of bf16 */
-        if (!op->fp8) {
-            for (int v = (int)b->tid; v < nvec; v += (int)b->nthreads) {
-                moe_w4_t x = moe_load16(src + v * 8);
-                for (int j = 0; j < nd; j++) moe_store16(dst[j] + hdr + (uint64_t)v * 16, x);
-            }
-        } else {
-#if defined(CCHAN_BACKEND_HOST)
-            for (int g = 0; g < H / MOE_SCALE_BLOCK; g++) {
-                float amax = 0.f;
-                for (int c = 0; c < MOE_SCALE_BLOCK; c++) {
-                    uint16_t h = src[g * MOE_SCALE_BLOCK + c];
-                    float f = cchan_f32_from_bits((uint32_t)h << 16);
-                    f = f < 0 ? -f : f;
-                    amax = f > amax ? f : amax;
-                }
-                amax = moe_fp8_amax_clamp(amax);
-                float inv = 448.0f / amax, scale = amax / 448.0f;
-                for (int c = 0; c < MOE_SCALE_BLOCK; c += 4) {
-                    const uint16_t *s4 = src + g * MOE_SCALE_BLOCK + c;
-                    uint32_t q = moe_pack_e4m3x4(cchan_f32_from_bits((uint32_t)s4[0] << 16) * inv,
-                                                 cchan_f32_from_bits((uint32_t)s4[1] << 16) * inv,
-                                                 cchan_f32_from_bits((uint32_t)s4[2] << 16) * inv,
-                                                 cchan_f32_from_bits((uint32_t)s4[3] << 16) * inv);
-                    for (int j = 0; j < nd; j++)
-                        *(uint32_t *)(void *)(dst[j] + hdr + g * MOE_SCALE_BLOCK + c) = q;
-                }
-                for (int j = 0; j < nd; j++) *(float *)(void *)(dst[j] + hdr + H + g * 4) = scale;
-            }
-#else
-            /* 16 consecutive threads hold one 128-channel group (8 channels each). */
-            for (int v = (int)b->tid; v < nvec; v += (int)b->nthreads) {
-                moe_w4_t x = moe_load16(src + v * 8);
-                float f[8];
-                float amax = 0.f;
-                for (int i = 0; i < 4; i++) {
-                    f[2 * i] = moe_bf16_lo(x.w[i]);
-                    f[2 * i + 1] = moe_bf16_hi(x.w[i]);
-                    amax = fmaxf(amax, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
-                }
-                const unsigned lane = threadIdx.x & 31u;
-                const unsigned gmask = 0xffffu << (lane & 16u);
-                for (int o = 8; o > 0; o >>= 1)
-                    amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, o, 16));
-                amax = moe_fp8_amax_clamp(amax);
-                float inv = 448.0f / amax;
-                uint32_t q0 = moe_pack_e4m3x4(f[0] * inv, f[1] * inv, f[2] * inv, f[3] * inv);
-                uint32_t q1 = moe_pack_e4m3x4(f[4] * inv, f[5] * inv, f[6] * inv, f[7] * inv);
-                for (int j = 0; j < nd; j++) {
-                    uint2 q2;
-                    q2.x = q0;
-                    q2.y = q1;
-                    *(uint2 *)(void *)(dst[j] + hdr + (uint64_t)v * 8) = q2;
-                    if ((v & 15) == 0)
-                        *(float *)(void *)(dst[j] + hdr + H + (v >> 4) * 4) = amax / 448.0f;
-                }
-            }
-#endif
-        }
-        cchan_block_sync();
-        if (b->tid == 0) {
-            cchan_fence_acq_rel_sys(); /* the block's stores to every destination, then the count */
-            for (int r = 0; r < N; r++)
-                if ((m >> r) & 1u) cchan_fetch_add_relaxed_dev_u64(&d->sent[r], 1);
-        }
-    }
-    return st;
-}
-
-/* For each destination rank this block signals: waits until every block's messages to it are
- * fenced, then publishes one counter per expert of that rank (tokens sent, tokens for the expert).
- */
-CCHAN_DEVICE_INLINE int moe_ll_dispatch_signal(const moe_dev_t *d, const moe_op_t *op,
-                                               moe_block_t *b, uint32_t epoch) {
-    const int T = op->num_tokens, K = d->top_k, N = d->nranks, L = d->local_experts;
-    int st = CCHAN_OK;
-    for (int r = (int)b->block; r < N; r += (int)b->nblocks) {
-        for (int e = (int)b->tid; e < L; e += (int)b->nthreads) b->hist[e] = 0;
-        cchan_block_sync();
-        for (int i = (int)b->tid; i < T * K; i += (int)b->nthreads) {
-            int32_t e = b->topk[i];
-            if (e >= 0 && e / L == r) moe_smem_add(&b->hist[e - r * L], 1);
-        }
-        const uint32_t n = b->total[r];
-        if (b->tid == 0) {
-            int s = cchan_wait_geq_u64(&d->sent[r], n, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-            if (s != CCHAN_OK) st = s;
-            d->sent[r] = 0; /* every block has counted: ready for the next operation */
-        }
-        cchan_block_sync();
-        uint64_t *cnt = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_dcnt);
-        for (int e = (int)b->tid; e < L; e += (int)b->nthreads)
-            cchan_store_release_sys_u64(&cnt[e * N + d->rank], MOE_COUNTER(epoch, n, b->hist[e]));
-        cchan_block_sync();
-    }
-    return st;
-}
-
-/* Receives for this block's local experts: waits for each rank's counter, finds the messages that
- * name the expert, copies them to the expert-major output in (rank, token) order, and records for
- * combine where each output row came from. */
-CCHAN_DEVICE_INLINE int moe_ll_dispatch_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                             uint32_t epoch) {
-    const int H = d->hidden, N = d->nranks, L = d->local_experts, B = d->max_tokens, K = d->top_k;
-    const uint32_t P = d->slot_bytes, hdr = d->hdr_bytes;
-    const int NB = N * B;
-    uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *cnt = (const uint64_t *)(const void *)(mine + d->off_dcnt);
-    int32_t *m_r = b->misc, *n_r = b->misc + MOE_MAX_RANKS, *off = b->misc + 2 * MOE_MAX_RANKS;
-    const uint64_t row_bytes = op->fp8 ? (uint64_t)H : (uint64_t)H * 2;
-    const int nv = (int)(row_bytes / 16);
-    const int nscale = H / MOE_SCALE_BLOCK;
-    int st = CCHAN_OK;
-    for (int e = (int)b->block; e < L; e += (int)b->nblocks) {
-        const int32_t eg = d->rank * L + e;
-        for (int r = (int)b->tid; r < N; r += (int)b->nthreads) {
-            const uint64_t *c = &cnt[e * N + r];
-            int s = cchan_wait_geq_u64(c, (uint64_t)epoch << 32, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-            if (s != CCHAN_OK) st = s;
-            uint64_t v = cchan_load_relaxed_sys_u64(c);
-            m_r[r] = (int32_t)MOE_COUNTER_M(v);
-            n_r[r] = (int32_t)MOE_COUNTER_N(v);
-            if (e == 0 && op->h_nmsg) op->h_nmsg[r] = n_r[r];
-        }
-        cchan_block_sync();
-        if (b->tid == 0) {
-            int run = 0;
-            for (int r = 0; r < N; r++) {
-                off[r] = run;
-                run += m_r[r];
-            }
-            off[N] = run;
-        }
-        cchan_block_sync();
-        for (int r = 0; r < N; r++) {
-            const uint8_t *region = mine + d->off_disp + (uint64_t)r * B * P;
-            const int n = n_r[r];
-            /* which messages name e, and as which k */
-            for (int a = (int)b->tid; a < n; a += (int)b->nthreads) {
-                const int32_t *h = (const int32_t *)(const void *)(region + (uint64_t)a * P);
-                uint32_t hit = 0;
-                int32_t first = -1; /* the message's first expert on this rank */
-                for (int k = 0; k < K; k++) {
-                    const int32_t x = h[2 + k];
-                    if (x == eg) hit = 1u | ((uint32_t)k << 1) | ((uint32_t)h[0] << 5);
-                    if (first < 0 && x >= 0 && x / L == d->rank) first = x;
-                }
-                b->mask[a] = hit;
-                /* for the reduced combine: the block of the first local expert names the token
-                 * and marks the entries of experts elsewhere; each expert's block fills its own */
-                if (op->h_inv && first == eg) {
-                    const int32_t tok = h[0];
-                    op->h_tok[r * B + a] = tok;
-                    int32_t *inv = op->h_inv + ((int64_t)r * B + tok) * K;
-                    for (int k = 0; k < K; k++)
-                        if (!(h[2 + k] >= 0 && h[2 + k] / L == d->rank)) inv[k] = -1;
-                }
-            }
-            cchan_block_sync();
-            moe_block_scan_bits(b->mask, n, 1, b->slot, b->total, b->wsum, b->tid, b->nthreads);
-            for (int a = (int)b->tid; a < n; a += (int)b->nthreads)
-                if (b->mask[a] & 1u) /* slot | k << 12 | token << 16 (all < 4096) */
-                    b->list[b->slot[a]] =
-                        (uint32_t)a | (((b->mask[a] >> 1) & 15u) << 12) | ((b->mask[a] >> 5) << 16);
-            if (b->tid == 0 && (int)b->total[0] != m_r[r])
-                moe_record_error(d, MOE_ERR_COUNT, eg, r, (int32_t)b->total[0]);
-            cchan_block_sync();
-            const int m = m_r[r] < (int)b->total[0] ? m_r[r] : (int)b->total[0];
-            const int64_t row0 = (int64_t)e * NB + off[r];
-            uint8_t *out = (uint8_t *)op->out + (uint64_t)row0 * row_bytes;
-            /* data, and the fp8 scales as extra 16-byte vectors when they are whole ones */
-            const int ns4 = (op->fp8 && nscale % 4 == 0 && ((uintptr_t)op->out_scales & 15) == 0)
-                                ? nscale / 4
-                                : 0;
-            const int nw = nv + ns4;
-            for (int j0 = (int)b->tid; j0 < m * nw; j0 += (int)b->nthreads * MOE_UNROLL) {
-                moe_w4_t x[MOE_UNROLL] = {{{0}}}; /* for gcc -O3: every element used was loaded */
-                for (int u = 0; u < MOE_UNROLL; u++) {
-                    int j = j0 + u * (int)b->nthreads;
-                    if (j >= m * nw) break;
-                    int i = j / nw, v = j - i * nw;
-                    const uint8_t *msg = region + (uint64_t)(b->list[i] & 0xfffu) * P + hdr;
-                    x[u] = moe_load16(v < nv ? msg + (uint64_t)v * 16 : msg + H + (v - nv) * 16);
-                }
-                for (int u = 0; u < MOE_UNROLL; u++) {
-                    int j = j0 + u * (int)b->nthreads;
-                    if (j >= m * nw) break;
-                    int i = j / nw, v = j - i * nw;
-                    if (v < nv)
-                        moe_store16(out + (uint64_t)i * row_bytes + (uint64_t)v * 16, x[u]);
-                    else
-                        moe_store16((uint8_t *)(op->out_scales + (uint64_t)(row0 + i) * nscale) +
-                                        (v - nv) * 16,
-                                    x[u]);
-                }
-            }
-            if (op->fp8 && ns4 == 0)
-                for (int j = (int)b->tid; j < m * nscale; j += (int)b->nthreads) {
-                    int i = j / nscale, g = j - i * nscale;
-                    const uint8_t *msg = region + (uint64_t)(b->list[i] & 0xfffu) * P + hdr;
-                    op->out_scales[(uint64_t)(row0 + i) * nscale + g] =
-                        ((const float *)(const void *)(msg + H))[g];
-                }
-            for (int i = (int)b->tid; i < m; i += (int)b->nthreads) {
-                uint32_t k = (b->list[i] >> 12) & 15u, tok = b->list[i] >> 16;
-                op->h_src[row0 + i] = ((uint32_t)r << 24) | (tok * (uint32_t)K + k);
-                if (op->h_inv) op->h_inv[((int64_t)r * B + tok) * K + k] = (int32_t)(row0 + i);
-            }
-            cchan_block_sync();
-        }
-        if (b->tid == 0) {
-            op->h_counts[e] = off[N];
-            if (op->out_counts) op->out_counts[e] = off[N];
-        }
-        cchan_block_sync();
-    }
-    return st;
-}
-
-/* ------------------------------------------------------------------ LL combine */
-
-/* Sends each output row of this block's local experts back to the rank and (token, k) row it came
- * from, then raises that expert's combine counter at every rank. (Splitting the rows of all experts
- * evenly over the blocks measured slower on 2 H200s: 49.7 against 39.6 us; NVLink, not the busiest
- * block, bounds this phase.) */
-CCHAN_DEVICE_INLINE int moe_ll_combine_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                            uint32_t epoch) {
-    const int H = d->hidden, L = d->local_experts, B = d->max_tokens;
-    const int NB = d->nranks * B, nv = H / 8;
-    const uint64_t row_bytes = (uint64_t)H * 2;
-    int st = moe_wait_acks(d, b, epoch);
-    for (int e = (int)b->block; e < L; e += (int)b->nblocks) {
-        const int n = op->h_counts[e] * nv;
-        const uint8_t *y = (const uint8_t *)op->x + (uint64_t)e * NB * row_bytes;
-        const uint32_t *src = op->h_src + (int64_t)e * NB;
-        for (int j0 = (int)b->tid; j0 < n; j0 += (int)b->nthreads * MOE_UNROLL) {
-            moe_w4_t x[MOE_UNROLL] = {{{0}}}; /* for gcc -O3: every element used was loaded */
-            for (int u = 0; u < MOE_UNROLL; u++) {
-                int j = j0 + u * (int)b->nthreads;
-                if (j >= n) break;
-                x[u] = moe_load16(y + (uint64_t)j * 16); /* an expert's rows are contiguous */
-            }
-            for (int u = 0; u < MOE_UNROLL; u++) {
-                int j = j0 + u * (int)b->nthreads;
-                if (j >= n) break;
-                int i = j / nv, v = j - i * nv;
-                uint32_t info = src[i];
-                uint8_t *dst = moe_parity(d, (int)(info >> 24), epoch) + d->off_comb +
-                               (uint64_t)(info & 0xffffffu) * row_bytes;
-                moe_store16(dst + (uint64_t)v * 16, x[u]);
-            }
-        }
-        cchan_block_sync();
-        for (int r = (int)b->tid; r < d->nranks; r += (int)b->nthreads) {
-            uint64_t *c = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_ccnt);
-            cchan_store_release_sys_u64(&c[d->rank * L + e], epoch);
-        }
-        cchan_block_sync();
-    }
-    return st;
-}
-
-/* For this block's tokens: waits for the counters of the token's experts, then writes the weighted
- * sum of its top-k rows, accumulated in f32 in k order, rounded once to bf16. */
-CCHAN_DEVICE_INLINE int moe_ll_combine_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                            uint32_t epoch) {
-    const int T = op->num_tokens, K = d->top_k, H = d->hidden, nv = H / 8;
-    const uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *cnt = (const uint64_t *)(const void *)(mine + d->off_ccnt);
-    int32_t *ek = b->misc + 3 * MOE_MAX_RANKS;
-    float *wk = (float *)(void *)(b->misc);
-    int st = CCHAN_OK;
-    for (int t = (int)b->block; t < T; t += (int)b->nblocks) {
-        if (b->tid == 0) {
-            int32_t row[MOE_MAX_TOPK];
-            for (int k = 0; k < K; k++) row[k] = op->topk[(int64_t)t * K + k];
-            moe_sanitize_row(d, row, t, 0);
-            for (int k = 0; k < K; k++) {
-                ek[k] = row[k];
-                wk[k] = op->weights ? op->weights[(int64_t)t * K + k] : 1.0f;
-            }
-        }
-        cchan_block_sync();
-        for (int k = (int)b->tid; k < K; k += (int)b->nthreads)
-            if (ek[k] >= 0) {
-                int s = cchan_wait_geq_u64(&cnt[ek[k]], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-                if (s != CCHAN_OK) st = s;
-            }
-        cchan_block_sync();
-        const uint8_t *rows = mine + d->off_comb + (uint64_t)t * K * H * 2;
-        uint16_t *out = (uint16_t *)op->out + (int64_t)t * H;
-        for (int v = (int)b->tid; v < nv; v += (int)b->nthreads) {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int k = 0; k < K; k++) {
-                if (ek[k] < 0) continue;
-                moe_w4_t x = moe_load16(rows + (uint64_t)k * H * 2 + (uint64_t)v * 16);
-                const float w = wk[k];
-                for (int i = 0; i < 4; i++) {
-                    acc[2 * i] += w * moe_bf16_lo(x.w[i]);
-                    acc[2 * i + 1] += w * moe_bf16_hi(x.w[i]);
-                }
-            }
-            moe_store_bf16x8(out + v * 8, acc);
-        }
-        cchan_block_sync();
-    }
-    return st;
-}
-
-/* ------------------------------------------------------------------ LL combine, reduced
- *
- * The expert side sums, for each token it received, the weighted outputs of its own experts (f32,
- * in k order) and sends that one f32 row back instead of one bf16 row per expert: with top-8 over
- * two ranks a token has about four experts per rank, so half the bytes cross NVLink. The router
- * weights are the token side's, so it first writes them to every peer ([B][K] floats, one release
- * per peer). A token's rank adds the ranks' partial sums in rank order (its own computed in place
- * from expert_out) and rounds once to bf16. One flag per (expert rank, token) lets each token's
- * block start as soon as its rows have landed. */
-
-/* Accumulates sum_j w[j] * y[rows[j]] (the 8 bf16 channels at 16-byte vector v of rows of nv
- * vectors) into acc, in j order. */
-CCHAN_DEVICE_INLINE void moe_wsum8(const uint8_t *y, const int32_t *rows, const float *w, int n,
-                                   int nv, int v, float *acc) {
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
-        moe_w4_t x[4];
-        for (int u = 0; u < 4; u++)
-            x[u] = moe_load16(y + ((uint64_t)rows[j + u] * nv + (uint64_t)v) * 16);
-        for (int u = 0; u < 4; u++)
-            for (int i = 0; i < 4; i++) {
-                acc[2 * i] += w[j + u] * moe_bf16_lo(x[u].w[i]);
-                acc[2 * i + 1] += w[j + u] * moe_bf16_hi(x[u].w[i]);
-            }
-    }
-    for (; j < n; j++) {
-        moe_w4_t x = moe_load16(y + ((uint64_t)rows[j] * nv + (uint64_t)v) * 16);
-        for (int i = 0; i < 4; i++) {
-            acc[2 * i] += w[j] * moe_bf16_lo(x.w[i]);
-            acc[2 * i + 1] += w[j] * moe_bf16_hi(x.w[i]);
-        }
-    }
-}
-
-CCHAN_DEVICE_INLINE int moe_ll_combine_send_reduced(const moe_dev_t *d, const moe_op_t *op,
-                                                    moe_block_t *b, uint32_t epoch) {
-    const int N = d->nranks, K = d->top_k, H = d->hidden, B = d->max_tokens, T = op->num_tokens;
-    const int nv = H / 8;
-    int st = moe_wait_acks(d, b, epoch);
-    if (b->block == 0) { /* first: the host backend runs blocks in order */
-        for (int r = 0; r < N; r++) {
-            if (r == d->rank) continue;
-            float *cw =
-                (float *)(void *)(moe_parity(d, r, epoch) + d->off_cw) + (int64_t)d->rank * B * K;
-            for (int i = (int)b->tid; i < T * K; i += (int)b->nthreads)
-                cw[i] = op->weights ? op->weights[i] : 1.0f;
-        }
-        cchan_block_sync();
-        for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
-            if (r != d->rank) {
-                uint64_t *c = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_wcnt);
-                cchan_store_release_sys_u64(&c[d->rank], epoch);
-            }
-        cchan_block_sync();
-    }
-    uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *wcnt = (const uint64_t *)(const void *)(mine + d->off_wcnt);
-    int32_t *rows = b->misc + MOE_MAX_TOPK, *nk = b->misc + 2 * MOE_MAX_TOPK;
-    float *w = (float *)(void *)b->misc;
-    int total = 0;
-    for (int s = 0; s < N; s++)
-        if (s != d->rank) total += op->h_nmsg[s];
-    uint32_t weights_seen = 0;
-    for (int it = (int)b->block; it < total; it += (int)b->nblocks) {
-        int s = 0, a = it;
-        for (; s < N; s++) {
-            if (s == d->rank) continue;
-            if (a < op->h_nmsg[s]) break;
-            a -= op->h_nmsg[s];
-        }
-        if (!((weights_seen >> s) & 1u)) {
-            if (b->tid == 0) {
-                int s2 = cchan_wait_geq_u64(&wcnt[s], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-                if (s2 != CCHAN_OK) st = s2;
-            }
-            weights_seen |= 1u << s;
-        }
-        const int32_t tok = op->h_tok[s * B + a];
-        if (b->tid == 0) {
-            const int32_t *inv = op->h_inv + ((int64_t)s * B + tok) * K;
-            const float *cw =
-                (const float *)(const void *)(mine + d->off_cw) + ((int64_t)s * B + tok) * K;
-            int n = 0;
-            for (int k = 0; k < K; k++)
-                if (inv[k] >= 0) {
-                    rows[n] = inv[k];
-                    w[n++] = cw[k];
-                }
-            *nk = n;
-        }
-        cchan_block_sync();
-        const int n = *nk;
-        float *dst = (float *)(void *)(moe_parity(d, s, epoch) + d->off_comb) +
-                     ((int64_t)d->rank * B + tok) * H;
-        for (int v = (int)b->tid; v < nv; v += (int)b->nthreads) {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            moe_wsum8((const uint8_t *)op->x, rows, w, n, nv, v, acc);
-            moe_w4_t o0, o1;
-            for (int i = 0; i < 4; i++) {
-                o0.w[i] = cchan_f32_bits(acc[i]);
-                o1.w[i] = cchan_f32_bits(acc[4 + i]);
-            }
-            moe_store16(dst + (int64_t)v * 8, o0);
-            moe_store16(dst + (int64_t)v * 8 + 4, o1);
-        }
-        cchan_block_sync();
-        if (b->tid == 0) {
-            uint64_t *f = (uint64_t *)(void *)(moe_parity(d, s, epoch) + d->off_ccnt);
-            cchan_store_release_sys_u64(&f[d->rank * B + tok], epoch);
-        }
-    }
-    cchan_block_sync();
-    return st;
-}
-
-CCHAN_DEVICE_INLINE int moe_ll_combine_recv_reduced(const moe_dev_t *d, const moe_op_t *op,
-                                                    moe_block_t *b, uint32_t epoch) {
-    const int T = op->num_tokens, K = d->top_k, H = d->hidden, N = d->nranks, B = d->max_tokens;
-    const int L = d->local_experts, nv = H / 8;
-    const uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *flag = (const uint64_t *)(const void *)(mine + d->off_ccnt);
-    int32_t *rows = b->misc + MOE_MAX_TOPK, *nk = b->misc + 2 * MOE_MAX_TOPK;
-    uint32_t *mask = (uint32_t *)(void *)(b->misc + 2 * MOE_MAX_TOPK + 1);
-    float *w = (float *)(void *)b->misc;
-    int st = CCHAN_OK;
-    for (int t = (int)b->block; t < T; t += (int)b->nblocks) {
-        if (b->tid == 0) {
-            int32_t row[MOE_MAX_TOPK];
-            for (int k = 0; k < K; k++) row[k] = op->topk[(int64_t)t * K + k];
-            moe_sanitize_row(d, row, t, 0);
-            const int32_t *inv = op->h_inv + ((int64_t)d->rank * B + t) * K;
-            uint32_t m = 0;
-            int n = 0;
-            for (int k = 0; k < K; k++) {
-                if (row[k] < 0) continue;
-                m |= 1u << (row[k] / L);
-                if (row[k] / L == d->rank) {
-                    rows[n] = inv[k];
-                    w[n++] = op->weights ? op->weights[(int64_t)t * K + k] : 1.0f;
-                }
-            }
-            *nk = n;
-            *mask = m;
-        }
-        cchan_block_sync();
-        const uint32_t m = *mask;
-        const int n = *nk;
-        for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
-            if (r != d->rank && ((m >> r) & 1u)) {
-                int s = cchan_wait_geq_u64(&flag[r * B + t], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-                if (s != CCHAN_OK) st = s;
-            }
-        cchan_block_sync();
-        uint16_t *out = (uint16_t *)op->out + (int64_t)t * H;
-        for (int v = (int)b->tid; v < nv; v += (int)b->nthreads) {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int r = 0; r < N; r++) {
-                if (!((m >> r) & 1u)) continue;
-                float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                if (r == d->rank) {
-                    moe_wsum8((const uint8_t *)op->x, rows, w, n, nv, v, p);
-                } else {
-                    const float *src = (const float *)(const void *)(mine + d->off_comb) +
-                                       ((int64_t)r * B + t) * H + (int64_t)v * 8;
-                    moe_w4_t x0 = moe_load16(src), x1 = moe_load16(src + 4);
-                    for (int i = 0; i < 4; i++) {
-                        p[i] = cchan_f32_from_bits(x0.w[i]);
-                        p[4 + i] = cchan_f32_from_bits(x1.w[i]);
-                    }
-                }
-                for (int i = 0; i < 8; i++) acc[i] += p[i];
-            }
-            moe_store_bf16x8(out + v * 8, acc);
-        }
-        cchan_block_sync();
-    }
-    return st;
-}
-
-/* ------------------------------------------------------------------ HT (high throughput)
- *
- * Rows are whole tokens (one per destination rank, not per expert). Handle creation (moe_ht_meta)
- * exchanges the token counts, so every rank knows where its rows land at every other rank: the 2D
- * output is rank 0's tokens, then rank 1's, ..., each in token order. Each route row carries the
- * token index, the token's experts as local ids of the receiving rank (-1 elsewhere) and their
- * weights. */
-
-#define MOE_HT_ROUTE_WORDS(K) ((1 + 2 * (K) + 3) / 4 * 4)
-
-/* Handle creation: sanitize the routing in place, each token's destination mask and slot per
- * destination, per-destination and per-expert counts to every rank; then everyone's counts. Block 0
- * does it all (it is small). */
-CCHAN_DEVICE_INLINE int moe_ht_meta(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                    uint32_t epoch) {
-    const int T = op->num_tokens, K = d->top_k, N = d->nranks, L = d->local_experts;
-    int st = CCHAN_OK;
-    if (b->block != 0) return st;
-    int32_t *topk = (int32_t *)(void *)op->topk;
-    if (op->phases & MOE_PHASE_SEND) {
-        st = moe_wait_acks(d, b, epoch);
-        for (int t = (int)b->tid; t < T; t += (int)b->nthreads) {
-            int32_t *row = topk + (int64_t)t * K;
-            moe_sanitize_row(d, row, t, 1);
-            uint32_t m = 0;
-            for (int k = 0; k < K; k++)
-                if (row[k] >= 0) m |= 1u << (row[k] / L);
-            op->h_mask[t] = m;
-        }
-        cchan_block_sync();
-        moe_block_scan_bits(op->h_mask, T, N, op->h_slot, b->total, b->wsum, b->tid, b->nthreads);
-        for (int r = 0; r < N; r++) {
-            for (int e = (int)b->tid; e < L; e += (int)b->nthreads) b->hist[e] = 0;
-            cchan_block_sync();
-            for (int i = (int)b->tid; i < T * K; i += (int)b->nthreads) {
-                int32_t e = topk[i];
-                if (e >= 0 && e / L == r) moe_smem_add(&b->hist[e - r * L], 1);
-            }
-            cchan_block_sync();
-            uint8_t *pr = moe_parity(d, r, epoch) + d->off_cnts;
-            int32_t *mat = (int32_t *)(void *)pr; /* [N][N] */
-            int32_t *hist = mat + N * N;          /* [N][L] */
-            for (int c = (int)b->tid; c < N; c += (int)b->nthreads)
-                mat[d->rank * N + c] = (int32_t)b->total[c];
-            for (int e = (int)b->tid; e < L; e += (int)b->nthreads)
-                hist[d->rank * L + e] = b->hist[e];
-            cchan_block_sync();
-            if (b->tid == 0) {
-                cchan_fence_acq_rel_sys();
-                uint64_t *c = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_dcnt);
-                cchan_store_release_sys_u64(&c[d->rank], ((uint64_t)epoch << 32) | 1u);
-            }
-            cchan_block_sync();
-        }
-    }
-    if (op->phases & MOE_PHASE_RECV) {
-        uint8_t *mine = moe_parity(d, d->rank, epoch);
-        const uint64_t *c = (const uint64_t *)(const void *)(mine + d->off_dcnt);
-        for (int r = (int)b->tid; r < N; r += (int)b->nthreads) {
-            int s = cchan_wait_geq_u64(&c[r], (uint64_t)epoch << 32, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-            if (s != CCHAN_OK) st = s;
-        }
-        cchan_block_sync();
-        const int32_t *mat = (const int32_t *)(const void *)(mine + d->off_cnts);
-        const int32_t *hist = mat + N * N;
-        for (int i = (int)b->tid; i < N * N; i += (int)b->nthreads) op->h_mat[i] = mat[i];
-        for (int e = (int)b->tid; e < L; e += (int)b->nthreads) {
-            int32_t sum = 0;
-            for (int r = 0; r < N; r++) sum += hist[r * L + e];
-            op->h_counts[e] = sum;
-        }
-        for (int r = (int)b->tid; r < N; r += (int)b->nthreads) {
-            int32_t base = 0;
-            for (int s2 = 0; s2 < d->rank; s2++) base += mat[s2 * N + r];
-            op->h_base[r] = base;
-        }
-        cchan_block_sync();
-    }
-    return st;
-}
-
-#define MOE_HT_UNROLL 4
-#define MOE_HT_REDUCE_UNROLL 2 /* f32 accumulators per vector: keep it under 64 registers */
-
-/* The dispatch and combine kernels are chunked pipelines. The blocks split into senders and
- * receivers. Each rank's tokens are cut into C chunks; sender block i sends chunks i, i + S, ... (a
- * warp per token, the whole row), and after each chunk releases one flag per destination, with a
- * descriptor of the chunk's rows there (its rows at a destination are contiguous: tokens keep their
- * order). Receivers copy chunks as their flags arrive, in chunk order, so the copy out of the
- * receive area overlaps the transfer, and they copy this rank's own rows (no transfer) first.
- * Combine runs the same chunks backwards: the expert side sends a source's chunk in parts, each
- * followed by a progress flag, and the token side reduces a chunk's tokens as soon as every rank's
- * progress has passed them. */
-
-/* Senders of a kernel that wants `want` of them: block < S sends, the others receive (numbered
- * from 0); a single block does both. */
-CCHAN_DEVICE_INLINE int moe_ht_nsenders(int want, const moe_block_t *b) {
-    if (b->nblocks <= 1) return 1;
-    return want < (int)b->nblocks ? want : (int)b->nblocks - 1;
-}
-CCHAN_DEVICE_INLINE int moe_ht_is_sender(int want, const moe_block_t *b) {
-    return b->nblocks <= 1 || (int)b->block < moe_ht_nsenders(want, b);
-}
-CCHAN_DEVICE_INLINE int moe_ht_receiver(int want, const moe_block_t *b, int *nrecv) {
-    if (b->nblocks <= 1) {
-        *nrecv = 1;
-        return 0;
-    }
-    const int S = moe_ht_nsenders(want, b);
-    *nrecv = (int)b->nblocks - S;
-    return (int)b->block - S; /* < 0: a sender */
-}
-
-/* Warps of a block (a "warp" is one thread on the host backend). */
-CCHAN_DEVICE_INLINE void moe_warps(const moe_block_t *b, int *lane, int *warp, int *nwarps,
-                                   int *width) {
-    const int w = b->nthreads >= 32 ? 32 : 1;
-    *width = w;
-    *lane = (int)b->tid % w;
-    *warp = (int)b->tid / w;
-    *nwarps = (int)b->nthreads / w;
-}
-
-/* One row of nv 16-byte vectors to nd destinations, by one warp. */
-CCHAN_DEVICE_INLINE void moe_warp_copy_row(uint8_t *const *dst, int nd, const uint8_t *src, int nv,
-                                           int lane, int width) {
-    if (nd == 1) { /* the common case, with the destination in a register */
-        uint8_t *d0 = dst[0];
-        for (int v0 = lane; v0 < nv; v0 += width * MOE_HT_UNROLL) {
-            moe_w4_t x[MOE_HT_UNROLL] = {{{0}}};
-            for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                const int v = v0 + u * width;
-                if (v < nv) x[u] = moe_load16(src + (uint64_t)v * 16);
-            }
-            for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                const int v = v0 + u * width;
-                if (v < nv) moe_store16(d0 + (uint64_t)v * 16, x[u]);
-            }
-        }
-        return;
-    }
-    for (int v0 = lane; v0 < nv; v0 += width * MOE_HT_UNROLL) {
-        moe_w4_t x[MOE_HT_UNROLL] = {{{0}}};
-        for (int u = 0; u < MOE_HT_UNROLL; u++) {
-            const int v = v0 + u * width;
-            if (v < nv) x[u] = moe_load16(src + (uint64_t)v * 16);
-        }
-        for (int u = 0; u < MOE_HT_UNROLL; u++) {
-            const int v = v0 + u * width;
-            if (v >= nv) break;
-            for (int j = 0; j < nd; j++) moe_store16(dst[j] + (uint64_t)v * 16, x[u]);
-        }
-    }
-}
-
-CCHAN_DEVICE_INLINE void moe_chunk_range(int n, int c, int nchunks, int *lo, int *hi) {
-    *lo = (int)((int64_t)n * c / nchunks);
-    *hi = (int)((int64_t)n * (c + 1) / nchunks);
-}
-
-/* Rows [lo, lo + n) of my tokens' rows at rank r for tokens [tlo, thi). */
-CCHAN_DEVICE_INLINE uint64_t moe_ht_chunk_desc(const moe_op_t *op, int me, int N, int r, int tlo,
-                                               int thi) {
-    const int T = op->num_tokens;
-    const int32_t lo = tlo < T ? op->h_slot[(int64_t)tlo * N + r] : op->h_mat[me * N + r];
-    const int32_t hi = thi < T ? op->h_slot[(int64_t)thi * N + r] : op->h_mat[me * N + r];
-    return (uint64_t)(uint32_t)(op->h_base[r] + lo) | ((uint64_t)(uint32_t)(hi - lo) << 32);
-}
-
-/* Tokens [tlo, thi) to the ranks in `ranks` (their bits of each token's mask): rows and route rows
- * to peers' receive areas, this rank's own rows straight to the output. One warp per token. */
-CCHAN_DEVICE_INLINE void moe_ht_send_tokens(const moe_dev_t *d, const moe_op_t *op,
-                                            const moe_block_t *b, uint32_t epoch, int tlo, int thi,
-                                            uint32_t ranks) {
-    const int N = d->nranks, K = d->top_k, H = d->hidden, L = d->local_experts, nv = H / 8;
-    const int RW = MOE_HT_ROUTE_WORDS(K);
-    const uint64_t row_bytes = (uint64_t)H * 2;
-    int lane, warp, nw, width;
-    moe_warps(b, &lane, &warp, &nw, &width);
-    for (int t = tlo + warp; t < thi; t += nw) {
-        const uint32_t m = op->h_mask[t] & ranks;
-        if (!m) continue;
-        uint8_t *dst[MOE_MAX_RANKS];
-        int nd = 0;
-        for (int r = 0; r < N; r++) {
-            if (!((m >> r) & 1u)) continue;
-            const int64_t row = op->h_base[r] + op->h_slot[(int64_t)t * N + r];
-            if (r == d->rank) {
-                dst[nd++] = (uint8_t *)op->out + (uint64_t)row * row_bytes;
-                for (int k = lane; k < K; k += width) {
-                    const int32_t e = op->topk[(int64_t)t * K + k];
-                    if (op->out_route)
-                        op->out_route[row * K + k] = (e >= 0 && e / L == r) ? e - r * L : -1;
-                    if (op->out_weights)
-                        op->out_weights[row * K + k] =
-                            op->in_weights ? op->in_weights[(int64_t)t * K + k] : 0.0f;
-                }
-                if (lane == 0) op->h_src[row] = ((uint32_t)r << 24) | (uint32_t)t;
-            } else {
-                uint8_t *area = moe_parity(d, r, epoch);
-                dst[nd++] = area + d->off_disp + (uint64_t)row * row_bytes;
-                int32_t *route = (int32_t *)(void *)(area + d->off_route) + row * RW;
-                for (int w = lane; w < 1 + 2 * K; w += width) {
-                    int32_t v;
-                    if (w == 0) {
-                        v = t;
-                    } else if (w <= K) {
-                        const int32_t e = op->topk[(int64_t)t * K + w - 1];
-                        v = (e >= 0 && e / L == r) ? e - r * L : -1;
-                    } else {
-                        const float f =
-                            op->in_weights ? op->in_weights[(int64_t)t * K + w - 1 - K] : 0.0f;
-                        v = (int32_t)cchan_f32_bits(f);
-                    }
-                    route[w] = v;
-                }
-            }
-        }
-        moe_warp_copy_row(dst, nd, (const uint8_t *)(op->x + (int64_t)t * H), nv, lane, width);
-    }
-}
-
-CCHAN_DEVICE_INLINE int moe_ht_dispatch_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                             uint32_t epoch) {
-    if (!moe_ht_is_sender(d->ht_senders, b)) return CCHAN_OK;
-    const int N = d->nranks, C = d->ht_chunks, S = moe_ht_nsenders(d->ht_senders, b);
-    const int T = op->num_tokens;
-    int st = moe_wait_acks(d, b, epoch);
-    /* staged: the receive may run after the caller has reused x, so own rows go now */
-    const uint32_t ranks = (op->phases & MOE_PHASE_RECV) ? ~(1u << d->rank) : ~0u;
-    for (int c = (b->nblocks <= 1 ? 0 : (int)b->block); c < C; c += S) {
-        int tlo, thi;
-        moe_chunk_range(T, c, C, &tlo, &thi);
-        moe_ht_send_tokens(d, op, b, epoch, tlo, thi, ranks);
-        cchan_block_sync();
-        if (b->tid == 0) {
-            cchan_fence_acq_rel_sys();
-            for (int r = 0; r < N; r++) {
-                if (r == d->rank) continue;
-                uint64_t *f = (uint64_t *)(void *)(moe_parity(d, r, epoch) + d->off_hflag);
-                f[N * C + d->rank * C + c] = moe_ht_chunk_desc(op, d->rank, N, r, tlo, thi);
-                cchan_store_release_sys_u64(&f[d->rank * C + c], epoch);
-            }
-        }
-    }
-    cchan_block_sync();
-    return st;
-}
-
-CCHAN_DEVICE_INLINE int moe_ht_dispatch_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                             uint32_t epoch) {
-    int R;
-    const int j = moe_ht_receiver(d->ht_senders, b, &R);
-    if (j < 0) return CCHAN_OK;
-    const int N = d->nranks, C = d->ht_chunks, K = d->top_k, H = d->hidden, T = op->num_tokens;
-    const int RW = MOE_HT_ROUTE_WORDS(K), nv = H / 8, L = d->local_experts;
-    const uint64_t row_bytes = (uint64_t)H * 2;
-    uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *f = (const uint64_t *)(const void *)(mine + d->off_hflag);
-    int st = CCHAN_OK;
-    if (op->phases & MOE_PHASE_SEND) /* own rows first: nothing to wait for */
-        for (int c = j; c < C; c += R) {
-            int tlo, thi;
-            moe_chunk_range(T, c, C, &tlo, &thi);
-            moe_ht_send_tokens(d, op, b, epoch, tlo, thi, 1u << d->rank);
-        }
-    int32_t *desc = b->misc; /* the chunk's first row and row count */
-    const int32_t *route = (const int32_t *)(const void *)(mine + d->off_route);
-    for (int c = j; c < C; c += R)
-        for (int s = 0; s < N; s++) {
-            if (s == d->rank) continue;
-            if (b->tid == 0) {
-                int s2 = cchan_wait_geq_u64(&f[s * C + c], epoch, &d->ctl, CCHAN_WAIT_SEMAPHORE);
-                if (s2 != CCHAN_OK) st = s2;
-                const uint64_t dv = f[N * C + s * C + c];
-                op->h_chunk[s * C + c] = dv;
-                desc[0] = (int32_t)(uint32_t)dv;
-                desc[1] = (int32_t)(dv >> 32);
-            }
-            cchan_block_sync();
-            const int lo = desc[0], n = desc[1];
-            const int64_t total = (int64_t)n * nv;
-            const uint8_t *src = mine + d->off_disp + (uint64_t)lo * row_bytes;
-            uint8_t *dst = (uint8_t *)op->out + (uint64_t)lo * row_bytes;
-            for (int64_t j0 = b->tid; j0 < total; j0 += (int64_t)b->nthreads * MOE_HT_UNROLL) {
-                /* zeroed for gcc -O3's maybe-uninitialized: every element used was loaded */
-                moe_w4_t v[MOE_HT_UNROLL] = {{{0}}};
-                for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                    int64_t i = j0 + (int64_t)u * b->nthreads;
-                    if (i < total) v[u] = moe_load16(src + (uint64_t)i * 16);
-                }
-                for (int u = 0; u < MOE_HT_UNROLL; u++) {
-                    int64_t i = j0 + (int64_t)u * b->nthreads;
-                    if (i < total) moe_store16(dst + (uint64_t)i * 16, v[u]);
-                }
-            }
-            for (int i = lo + (int)b->tid; i < lo + n; i += (int)b->nthreads) {
-                const int32_t *rr = route + (int64_t)i * RW;
-                op->h_src[i] = ((uint32_t)s << 24) | (uint32_t)rr[0];
-                for (int k = 0; k < K; k++) {
-                    if (op->out_route) op->out_route[(int64_t)i * K + k] = rr[1 + k];
-                    if (op->out_weights)
-                        op->out_weights[(int64_t)i * K + k] =
-                            cchan_f32_from_bits((uint32_t)rr[1 + K + k]);
-                }
-            }
-            cchan_block_sync();
-        }
-    if (j == 0 && op->out_counts)
-        for (int e = (int)b->tid; e < L; e += (int)b->nthreads) op->out_counts[e] = op->h_counts[e];
-    cchan_block_sync();
-    return st;
-}
-
-CCHAN_DEVICE_INLINE int moe_ht_combine_send(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                            uint32_t epoch) {
-    if (!moe_ht_is_sender(d->ht_csenders, b)) return CCHAN_OK;
-    const int N = d->nranks, C = d->ht_chunks, S = moe_ht_nsenders(d->ht_csenders, b);
-    const int H = d->hidden, B = d->max_tokens, nv = H / 8, Q = d->ht_csub;
-    const uint64_t row_bytes = (uint64_t)H * 2;
-    int lane, warp, nw, width;
-    moe_warps(b, &lane, &warp, &nw, &width);
-    int st = moe_wait_acks(d, b, epoch);
-    for (int c = (b->nblocks <= 1 ? 0 : (int)b->block); c < C; c += S)
-        for (int q = 0; q < Q; q++) { /* a chunk in Q parts, each followed by a progress flag */
-            for (int s = 0; s < N; s++) {
-                if (s == d->rank) continue;
-                const uint64_t desc = op->h_chunk[s * C + c];
-                const int lo = (int)(uint32_t)desc, n = (int)(desc >> 32);
-                const int a = lo + (int)((int64_t)n * q / Q),
-                          z = lo + (int)((int64_t)n * (q + 1) / Q);
-                uint8_t *area =
-                    moe_parity(d, s, epoch) + d->off_comb + (uint64_t)d->rank * B * row_bytes;
-                for (int i = a + warp; i < z; i += nw) {
-                    uint8_t *dst = area + (uint64_t)(op->h_src[i] & 0xffffffu) * row_bytes;
-                    moe_warp_copy_row(&dst, 1, (const uint8_t *)op->x + (uint64_t)i * row_bytes, nv,
-                                      lane, width);
-                }
-            }
-            cchan_block_sync();
-            if (b->tid == 0) {
-                cchan_fence_acq_rel_sys();
-                for (int s = 0; s < N; s++) {
-                    if (s == d->rank) continue;
-                    /* every row of a token below the progress value has landed */
-                    uint32_t done = 0xffffffffu;
-                    if (q < Q - 1) {
-                        const uint64_t desc = op->h_chunk[s * C + c];
-                        const int lo = (int)(uint32_t)desc, n = (int)(desc >> 32);
-                        const int z = lo + (int)((int64_t)n * (q + 1) / Q);
-                        done = z > lo ? (op->h_src[z - 1] & 0xffffffu) + 1u : 0u;
-                    }
-                    uint64_t *f = (uint64_t *)(void *)(moe_parity(d, s, epoch) + d->off_hflag);
-                    cchan_store_release_sys_u64(&f[2 * N * C + d->rank * C + c],
-                                                ((uint64_t)epoch << 32) | done);
-                }
-            }
-        }
-    cchan_block_sync();
-    return st;
-}
-
-CCHAN_DEVICE_INLINE int moe_ht_combine_recv(const moe_dev_t *d, const moe_op_t *op, moe_block_t *b,
-                                            uint32_t epoch) {
-    int R;
-    const int j = moe_ht_receiver(d->ht_csenders, b, &R);
-    if (j < 0) return CCHAN_OK;
-    const int N = d->nranks, C = d->ht_chunks, H = d->hidden, B = d->max_tokens, nv = H / 8;
-    const int T = op->num_tokens;
-    const uint64_t row_bytes = (uint64_t)H * 2;
-    const uint8_t *mine = moe_parity(d, d->rank, epoch);
-    const uint64_t *f = (const uint64_t *)(const void *)(mine + d->off_hflag);
-    int lane, warp, nw, width;
-    moe_warps(b, &lane, &warp, &nw, &width);
-    int st = CCHAN_OK;
-    for (int c = j; c < C; c += R) {
-        int tlo, thi;
-        moe_chunk_range(T, c, C, &tlo, &thi);
-        for (int g0 = tlo; g0 < thi; g0 += nw) { /* a token per warp, once its rows are in */
-            const int g1 = g0 + nw < thi ? g0 + nw : thi;
-            for (int r = (int)b->tid; r < N; r += (int)b->nthreads)
-                if (r != d->rank) {
-                    int s = cchan_wait_geq_u64(&f[2 * N * C + r * C + c],
-                                               ((uint64_t)epoch << 32) | (uint32_t)g1, &d->ctl,
-                                               CCHAN_WAIT_SEMAPHORE);
-                    if (s != CCHAN_OK) st = s;
-                }
-            cchan_block_sync();
-            const int t = g0 + warp;
-            if (t < g1) {
-                const uint32_t m = op->h_mask[t];
-                const uint8_t *src[MOE_MAX_RANKS];
-                int nd = 0;
-                for (int r = 0; r < N; r++) {
-                    if (!((m >> r) & 1u)) continue;
-                    src[nd++] =
-                        r == d->rank
-                            ? (const uint8_t *)op->x +
-                                  (uint64_t)(op->h_base[r] + op->h_slot[(int64_t)t * N + r]) *
-                                      row_bytes
-                            : mine + d->off_comb + ((uint64_t)r * B + t) * row_bytes;
-                }
-                uint8_t *out = (uint8_t *)op->out + (uint64_t)t * row_bytes;
-                for (int v0 = lane; v0 < nv; v0 += width * MOE_HT_REDUCE_UNROLL) {
-                    float acc[MOE_HT_REDUCE_UNROLL][8];
-                    for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++)
-                        for (int i = 0; i < 8; i++) acc[u][i] = 0.f;
-                    for (int q = 0; q < nd; q++) {
-                        moe_w4_t x[MOE_HT_REDUCE_UNROLL];
-                        for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
-                            const int v = v0 + u * width;
-                            if (v < nv) x[u] = moe_load16(src[q] + (uint64_t)v * 16);
-                        }
-                        for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
-                            if (v0 + u * width >= nv) break;
-                            for (int i = 0; i < 4; i++) {
-                                acc[u][2 * i] += moe_bf16_lo(x[u].w[i]);
-                                acc[u][2 * i + 1] += moe_bf16_hi(x[u].w[i]);
-                            }
-                        }
-                    }
-                    for (int u = 0; u < MOE_HT_REDUCE_UNROLL; u++) {
-                        const int v = v0 + u * width;
-                        if (v >= nv) break;
-                        moe_store_bf16x8(out + (uint64_t)v * 16, acc[u]);
-                    }
-                }
-            }
-            cchan_block_sync();
         }
     }
     cchan_block_sync();

@@ -12,12 +12,11 @@
  *   acks               u64 [N]         rank r has consumed this parity up to epoch (moe_wait_acks)
  *   dispatch counters  u64 [L][N]      (e, r): rank r's count for my local expert e
  *   combine flags      u64 [N][B]      (r, t): rank r's partial sum for my token t has landed
- *                      (ll_reduce=0: u64 [E], global expert e has sent its outputs back to me)
  *   weight counters    u64 [N]         rank r's router weights have landed
- *   weights            f32 [N][B][K]   rank r's router weights of its token t (ll_reduce only)
+ *   weights            f32 [N][B][K]   rank r's router weights of its token t
  *   dispatch region    [N][B] slots of header + 2H bytes: rank r's messages, in r's token order
  *   combine region     [N][B] rows of H floats: rank r's weighted sum over its experts of my token
- *                      t (ll_reduce=0: [B][K] rows of 2H bytes, my token t's k-th expert output)
+ *                      t
  *
  * The dispatch region is O(N·B·P) because a token travels once per destination rank (its header
  * names its experts), not once per expert; the combine region is O(N·B·H) because each rank
@@ -33,9 +32,10 @@
  *   acks               u64 [N]
  *   count flags        u64 [N]         (src r): epoch << 32 | 1, rank r's counts have landed
  *   dispatch flags     u64 [N][C]      (src r, chunk c): epoch, its rows and route rows landed
- *   chunk descriptors  u64 [N][C]      first row | rows << 32 of that chunk here
- *   combine progress   u64 [N][C]      (expert rank r, chunk c): epoch << 32 | every row of my
- *                                      tokens below this value has landed (0xffffffff: all)
+ *   chunk descriptors  u64 [N][C]      moe_ht_desc(first row, rows) of that chunk here
+ *   combine progress   u64 [N][C]      (expert rank r, chunk c): moe_ht_progress(epoch, done):
+ *                                      every row of my tokens below `done` has landed
+ *                                      (MOE_HT_ALL_DONE: all)
  *   count slots        i32 [N][N] + [N][L]  token counts per (src, dst) and per expert
  *   route region       [N·B] rows of 1 + 2K int32 (padded to 16 bytes): token, local expert ids
  *                      (-1: not mine), weights
@@ -76,5 +76,25 @@ CCHAN_HOST_DEVICE_INLINE uint64_t moe_align(uint64_t v) {
 #define MOE_COUNTER(epoch, n, m) (((uint64_t)(epoch) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(m))
 #define MOE_COUNTER_N(v) ((uint32_t)(((v) >> 16) & 0xffffu))
 #define MOE_COUNTER_M(v) ((uint32_t)((v)&0xffffu))
+/* The epoch part of a counter, a flag, or a value awaited. */
+#define MOE_EPOCH_OF(v) ((uint32_t)((v) >> 32))
+/* "Written by operation `epoch`" for the counters that carry the epoch in their high half. */
+#define MOE_EPOCH_MIN(epoch) ((uint64_t)(epoch) << 32)
+
+/* HT count flag: rank r's counts of operation `epoch` have landed. */
+#define MOE_HT_COUNT_FLAG(epoch) (((uint64_t)(epoch) << 32) | 1u)
+
+/* HT chunk descriptor: the chunk's rows at the receiver are [lo, lo + n). */
+CCHAN_HOST_DEVICE_INLINE uint64_t moe_ht_desc(uint32_t lo, uint32_t n) {
+    return (uint64_t)lo | ((uint64_t)n << 32);
+}
+CCHAN_HOST_DEVICE_INLINE int moe_ht_desc_lo(uint64_t v) { return (int)(uint32_t)v; }
+CCHAN_HOST_DEVICE_INLINE int moe_ht_desc_rows(uint64_t v) { return (int)(v >> 32); }
+
+/* HT combine progress: every row of the receiver's tokens below `done` has landed. */
+#define MOE_HT_ALL_DONE 0xffffffffu
+CCHAN_HOST_DEVICE_INLINE uint64_t moe_ht_progress(uint32_t epoch, uint32_t done) {
+    return ((uint64_t)epoch << 32) | done;
+}
 
 #endif /* CCHAN_MOE_WIRE_H */

@@ -14,6 +14,9 @@
  * time; out-of-range expert ids reported by cchan_moe_check. High-throughput mode: 2D output in
  * (rank, token) order with routing and weights, per-expert counts, combine summed over ranks, at
  * 4096 tokens per rank and on a small shape (5 blocks, a rank with no tokens, staged passes).
+ * ll_deepseek, ll_graph, ll_4096 and ht_4096 again beside a busy kernel on another stream (*_busy),
+ * and a dispatch whose peer never sends (ll_timeout_trap, GT_TRAPS), whose timeout must name the
+ * counter.
  */
 #include "gpu_test.h"
 
@@ -33,6 +36,57 @@
 typedef struct mg_shape {
     int E, H, K, B, blocks;
 } mg_shape_t;
+
+/* ------------------------------------------------------------------ a busy neighbour
+ *
+ * The *_busy cases start the harness's hog (gt_hog: a kernel spinning on another stream on about
+ * 3/4 of this rank's share of the SMs, filling each SM's threads, ending on its own) before every
+ * MoE call, once it runs: the call must wait for SMs, never deadlock, and stay correct. */
+#define MG_BUSY_MS 20
+
+typedef struct mg_busy {
+    int on, live, kicks;
+    unsigned long long blocks, ran;
+    gt_hog_t hog;
+} mg_busy_t;
+static mg_busy_t g_busy;
+
+/* The last hog ended: count its blocks that ran. */
+static void mg_busy_reap(gt_ctx_t *ctx) {
+    if (!g_busy.live) return;
+    GT_CUDA(cudaEventSynchronize(g_busy.hog.done));
+    g_busy.ran += g_busy.hog.started[0];
+    g_busy.blocks += g_busy.hog.blocks;
+    gt_hog_end(ctx, &g_busy.hog);
+    g_busy.live = 0;
+}
+
+/* Before a MoE call: a new hog, which the call's stream does not wait for. */
+static void mg_busy_kick(gt_ctx_t *ctx) {
+    if (!g_busy.on) return;
+    mg_busy_reap(ctx);
+    gt_hog_start(ctx, &g_busy.hog, 0.75 / (ctx->ranks_on_gpu > 0 ? ctx->ranks_on_gpu : 1),
+                 MG_BUSY_MS);
+    g_busy.live = 1;
+    g_busy.kicks++;
+}
+
+static void mg_busy_start(void) {
+    memset(&g_busy, 0, sizeof g_busy);
+    g_busy.on = 1;
+}
+
+/* Ends a busy case: every hog ran all its blocks to the end. */
+static void mg_busy_stop(gt_ctx_t *ctx) {
+    mg_busy_reap(ctx);
+    GT_EXPECT(ctx, g_busy.kicks > 0 && g_busy.ran == g_busy.blocks,
+              "busy kernels: %llu of %llu blocks ran (%d launches)", g_busy.ran, g_busy.blocks,
+              g_busy.kicks);
+    if (ctx->rank == 0)
+        gt_log(ctx, "beside %d busy kernels (%llu blocks in all, %d ms each)", g_busy.kicks,
+               g_busy.blocks, MG_BUSY_MS);
+    g_busy.on = 0;
+}
 
 /* Device buffers of one group's outputs. */
 typedef struct mg_bufs {
@@ -240,9 +294,11 @@ static int mg_pass(gt_ctx_t *ctx, cchan_moe_group_t *g, mg_bufs_t *b, const mr_p
     a.out_x = b->out_x;
     a.out_scales = b->scales;
     a.out_counts = b->counts;
+    mg_busy_kick(ctx);
     MG_OK(ctx, cchan_moe_dispatch(h, &a, 0, ctx->stream));
     int ok = mg_check_dispatch(ctx, b, p, fp8, what);
     mg_experts(ctx, b, p);
+    mg_busy_kick(ctx);
     MG_OK(ctx, cchan_moe_combine(h, b->y, weighted ? b->w : NULL, b->comb, 0, ctx->stream));
     ok &= mg_check_combine(ctx, b, p, weighted, what);
     MG_OK(ctx, cchan_moe_check(g));
@@ -410,11 +466,12 @@ static void case_ll_graph(gt_ctx_t *ctx) {
     int ok = 1;
     for (int rep = 0; rep < 20 && ok; rep++) {
         /* new token values, same routing: every rank regenerates every rank's tokens */
-        for (int r = 0; r < 2; r++) mr_tokens(5000 + rep, r, T[r], s.H, p.x[r]);
+        for (int r = 0; r < ctx->nranks; r++) mr_tokens(5000 + rep, r, T[r], s.H, p.x[r]);
         GT_CUDA(cudaMemcpyAsync(b.x, p.x[ctx->rank], (size_t)T[ctx->rank] * s.H * 2,
                                 cudaMemcpyHostToDevice, ctx->stream));
         mg_experts(ctx, &b, &p); /* y for the new tokens (rows as the dispatch will produce) */
         gt_barrier(ctx);
+        mg_busy_kick(ctx);
         GT_CUDA(cudaGraphLaunch(exec, ctx->stream));
         char what[64];
         snprintf(what, sizeof what, "graph replay %d", rep);
@@ -495,6 +552,7 @@ static int mg_ht_pass(gt_ctx_t *ctx, cchan_moe_group_t *g, const mg_shape_t *s, 
     a.topk_weights = w;
     a.out_topk = otopk;
     a.out_weights = ow;
+    mg_busy_kick(ctx);
     MG_OK(ctx, cchan_moe_dispatch(h, &a, staged, ctx->stream));
     if (staged) MG_OK(ctx, cchan_moe_complete(h, ctx->stream));
     GT_SYNC(ctx);
@@ -516,6 +574,7 @@ static int mg_ht_pass(gt_ctx_t *ctx, cchan_moe_group_t *g, const mg_shape_t *s, 
     }
     mr_ht_experts(p, h_y);
     GT_CUDA(cudaMemcpy(y, h_y, (size_t)rows * H * 2, cudaMemcpyHostToDevice));
+    mg_busy_kick(ctx);
     MG_OK(ctx, cchan_moe_combine(h, y, NULL, comb, staged, ctx->stream));
     if (staged) MG_OK(ctx, cchan_moe_complete(h, ctx->stream));
     GT_SYNC(ctx);
@@ -597,6 +656,96 @@ static void case_ht_4096(gt_ctx_t *ctx) {
     MG_OK(ctx, cchan_moe_group_destroy(g));
 }
 
+/* ------------------------------------------------------------------ beside a busy kernel */
+
+#define MG_BUSY_CASE(name)                                                                         \
+    static void case_##name##_busy(gt_ctx_t *ctx) {                                                \
+        mg_busy_start();                                                                           \
+        case_##name(ctx);                                                                          \
+        mg_busy_stop(ctx);                                                                         \
+    }
+MG_BUSY_CASE(ll_deepseek)
+MG_BUSY_CASE(ll_graph)
+MG_BUSY_CASE(ll_4096)
+MG_BUSY_CASE(ht_4096)
+
+/* ------------------------------------------------------------------ a wait that times out
+ *
+ * GT_TRAPS, in the harness's child pairs: child rank 0 dispatches on a one-block LL group while
+ * child rank 1 never does; the kernel must trap at the deadline. The communicator's record names
+ * the wait with the source rank as its peer (checked by the harness), and cchan_moe_check must
+ * name the counter: rank 0's expert 0, from rank 1, and the epochs (checked here, in the child: a
+ * missing string ends it with code 3, which fails the case). */
+
+typedef struct mg_child {
+    cchan_moe_group_t *g;
+    cchan_moe_handle_t *h;
+    uint16_t *x, *out;
+} mg_child_t;
+
+static int mg_child_prepare(gt_child_env_t *env) {
+    static mg_child_t m;
+    cchan_moe_config_t mc = CCHAN_MOE_CONFIG_INIT;
+    mc.num_experts = 16;
+    mc.hidden = 128;
+    mc.top_k = 2;
+    mc.max_tokens_per_rank = 4;
+    mc.num_blocks = 1;
+    int st = cchan_moe_group_create(env->comm, &mc, &m.g);
+    if (st) {
+        printf("GT-CHILD error=cchan_moe_group_create: %s\n", cchan_moe_last_error());
+        return st;
+    }
+    const int32_t topk[8] = {0, 8, 1, 9, 2, 10, 3, 11}; /* experts of both ranks */
+    int32_t *d_topk;
+    if (cudaMalloc((void **)&d_topk, sizeof topk) != cudaSuccess ||
+        cudaMalloc((void **)&m.x, 4 * 128 * 2) != cudaSuccess ||
+        cudaMalloc((void **)&m.out, 8 * 8 * 128 * 2) != cudaSuccess ||
+        cudaMemcpy(d_topk, topk, sizeof topk, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemset(m.x, 0, 4 * 128 * 2) != cudaSuccess)
+        return CCHAN_ERR_CUDA;
+    st = cchan_moe_handle_create(m.g, d_topk, 4, NULL, &m.h);
+    if (st) return st;
+    env->user = &m;
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : CCHAN_ERR_CUDA;
+}
+
+static void mg_child_launch(gt_child_env_t *env) {
+    mg_child_t *m = (mg_child_t *)env->user;
+    cchan_moe_dispatch_args_t a;
+    memset(&a, 0, sizeof a);
+    a.x = m->x;
+    a.dtype = CCHAN_MOE_BF16;
+    a.out_x = m->out;
+    int st = cchan_moe_dispatch(m->h, &a, 0, NULL);
+    if (st == 0) (void)cudaDeviceSynchronize();
+    st = cchan_moe_check(m->g);
+    printf("GT-CHILD moe_check=%d\n", st);
+    printf("GT-CHILD moe_diag=%s\n", cchan_moe_last_error());
+    static const char *const want[] = {
+        "rank 0 timed out after", "LL dispatch counter of expert 0 (local expert 0)", "from rank 1",
+        "expected epoch 1 (value >= 0x100000000)", "observed epoch 0"};
+    int ok = st == CCHAN_ERR_DEVICE_TIMEOUT;
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        if (!strstr(cchan_moe_last_error(), want[k])) {
+            printf("GT-CHILD error=cchan_moe_check's diagnostic lacks \"%s\"\n", want[k]);
+            ok = 0;
+        }
+    if (!ok) {
+        if (st != CCHAN_ERR_DEVICE_TIMEOUT)
+            printf("GT-CHILD error=cchan_moe_check returned %d, want %d\n", st,
+                   CCHAN_ERR_DEVICE_TIMEOUT);
+        fflush(stdout);
+        _exit(3);
+    }
+}
+
+static void case_ll_timeout_trap(gt_ctx_t *ctx) {
+    static const char *const want[] = {"rank 0 timed out", "from peer 1", "expected 4294967296",
+                                       "observed 0"};
+    gt_timeout_pair(ctx, "moe_ll_dispatch", want, 4);
+}
+
 static void mg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "ll_deepseek", case_ll_deepseek, 300);
     gt_run(ctx, "ll_small_blocks", case_ll_small_blocks, 120);
@@ -606,6 +755,11 @@ static void mg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "ll_bad_ids", case_ll_bad_ids, 60);
     gt_run(ctx, "ht_small", case_ht_small, 120);
     gt_run(ctx, "ht_4096", case_ht_4096, 300);
+    gt_run(ctx, "ll_deepseek_busy", case_ll_deepseek_busy, 300);
+    gt_run(ctx, "ll_graph_busy", case_ll_graph_busy, 300);
+    gt_run(ctx, "ll_4096_busy", case_ll_4096_busy, 300);
+    gt_run(ctx, "ht_4096_busy", case_ht_4096_busy, 300);
+    gt_case(ctx, "ll_timeout_trap", case_ll_timeout_trap, 120, GT_PAIRS | GT_TRAPS | GT_ONE_ROUND);
 }
 
-GT_MAIN({"test_moe_gpu", NULL, mg_cases, NULL, NULL, NULL})
+GT_MAIN({"test_moe_gpu", NULL, mg_cases, NULL, mg_child_prepare, mg_child_launch})

@@ -4,7 +4,8 @@
  * sparse (empty experts, -1 entries) and paired (two experts on one rank) routing, uneven and zero
  * token counts, repeated passes, staged send_only/complete with two operations in flight, and the
  * errors: bad configurations, ranks that disagree, too many tokens, out-of-range and repeated
- * expert ids, calls out of order.
+ * expert ids, calls out of order, a peer that never sends (the timeout names the counter), and an
+ * aborted communicator (the wait ends, naming the counter).
  *
  *   cchan-run -n 2 build/test/moe/test_moe_host
  */
@@ -351,6 +352,96 @@ static void error_cases(void) {
     if (g_rank == 0) printf("ok errors\n");
 }
 
+/* A peer that never sends: rank 0's dispatch (LL) and handle creation (HT) wait for rank 1's
+ * counters until the deadline, then fail naming the counter, the rank and the values. The other
+ * ranks only take part in the collective calls. */
+static void timeout_cases(void) {
+    const uint64_t deadline_ms = 300;
+    OK(cchan_comm_set_timeout_ms(g_comm, deadline_ms));
+    cchan_moe_config_t cfg = CCHAN_MOE_CONFIG_INIT;
+    cfg.num_experts = 4 * g_n;
+    cfg.hidden = 128;
+    cfg.top_k = 2;
+    cfg.max_tokens_per_rank = 4;
+    cfg.num_blocks = 1;
+    int32_t topk[4 * 2] = {0, 4, 1, 5, 2, 6, 3, 7}; /* experts of ranks 0 and 1 */
+    uint16_t x[4 * 128];
+    for (int i = 0; i < 4 * 128; i++) x[i] = mr_bf16(0.5f);
+    uint16_t *out = aligned_alloc(16, (size_t)4 * g_n * 4 * 128 * 2);
+    cchan_moe_group_t *g = NULL;
+    cchan_moe_handle_t *h = NULL;
+    OK(cchan_moe_group_create(g_comm, &cfg, &g));
+    OK(cchan_moe_handle_create(g, topk, 4, NULL, &h));
+    if (g_rank == 0) {
+        cchan_moe_dispatch_args_t a = {0};
+        a.x = x;
+        a.dtype = CCHAN_MOE_BF16;
+        a.out_x = out;
+        FAILS(cchan_moe_dispatch(h, &a, 0, NULL), CCHAN_ERR_DEVICE_TIMEOUT,
+              "rank 0 timed out after "); /* 0.3 s or more: a loaded host reads the clock late */
+        const char *want[] = {
+            "cchan_moe_dispatch", "LL dispatch counter of expert 0",         "(local expert 0)",
+            "from rank 1",        "expected epoch 1 (value >= 0x100000000)", "observed epoch 0"};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            CHECK(strstr(cchan_moe_last_error(), want[i]), "diagnostic lacks '%s': %s", want[i],
+                  cchan_moe_last_error());
+        printf("ok LL timeout: %s\n", cchan_moe_last_error());
+        OK(cchan_moe_check(g)); /* reported once, then cleared */
+    }
+    OK(cchan_moe_handle_destroy(h));
+    OK(cchan_moe_group_destroy(g));
+
+    cfg.mode = CCHAN_MOE_HIGH_THROUGHPUT;
+    OK(cchan_moe_group_create(g_comm, &cfg, &g));
+    if (g_rank == 0) {
+        FAILS(cchan_moe_handle_create(g, topk, 4, NULL, &h), CCHAN_ERR_DEVICE_TIMEOUT,
+              "HT token counts (handle creation) from rank 1");
+        CHECK(strstr(cchan_moe_last_error(), "expected epoch 1"), "diagnostic: %s",
+              cchan_moe_last_error());
+        printf("ok HT timeout: %s\n", cchan_moe_last_error());
+    }
+    OK(cchan_moe_group_destroy(g));
+    free(out);
+    OK(cchan_comm_set_timeout_ms(g_comm, 30000));
+}
+
+/* The communicator aborted while rank 0's dispatch waits for rank 1 (which calls cchan_comm_abort
+ * instead of dispatching): the wait ends without a deadline, naming the counter and the abort.
+ * Last: the communicator is unusable afterwards. */
+static void abort_case(void) {
+    cchan_moe_config_t cfg = CCHAN_MOE_CONFIG_INIT;
+    cfg.num_experts = 4 * g_n;
+    cfg.hidden = 128;
+    cfg.top_k = 2;
+    cfg.max_tokens_per_rank = 4;
+    cfg.num_blocks = 1;
+    int32_t topk[4 * 2] = {0, 4, 1, 5, 2, 6, 3, 7};
+    uint16_t x[4 * 128];
+    for (int i = 0; i < 4 * 128; i++) x[i] = mr_bf16(0.5f);
+    uint16_t *out = aligned_alloc(16, (size_t)4 * g_n * 4 * 128 * 2);
+    cchan_moe_group_t *g = NULL;
+    cchan_moe_handle_t *h = NULL;
+    OK(cchan_moe_group_create(g_comm, &cfg, &g));
+    OK(cchan_moe_handle_create(g, topk, 4, NULL, &h));
+    if (g_rank == 0) {
+        cchan_moe_dispatch_args_t a = {0};
+        a.x = x;
+        a.dtype = CCHAN_MOE_BF16;
+        a.out_x = out;
+        FAILS(cchan_moe_dispatch(h, &a, 0, NULL), CCHAN_ERR_ABORTED,
+              "ended by the communicator's abort");
+        CHECK(strstr(cchan_moe_last_error(), "LL dispatch counter of expert 0") &&
+                  strstr(cchan_moe_last_error(), "from rank 1"),
+              "diagnostic: %s", cchan_moe_last_error());
+        printf("ok LL abort: %s\n", cchan_moe_last_error());
+    } else if (g_rank == 1) {
+        OK(cchan_comm_abort(g_comm));
+    }
+    OK(cchan_moe_handle_destroy(h));
+    (void)cchan_moe_group_destroy(g); /* its barriers fail: the communicator is aborted */
+    free(out);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     cchan_bootstrap_t *bs = NULL;
@@ -370,12 +461,13 @@ int main(void) {
     static const tcase_t cases[] = {
         {"random-small", 24, 256, 4, 16, MR_RANDOM, 6}, {"hot", 48, 128, 8, 128, MR_HOT, 3},
         {"sparse", 24, 384, 6, 33, MR_SPARSE, 3},       {"pairs", 24, 128, 4, 64, MR_PAIRS, 3},
-        {"top1", 12, 128, 1, 8, MR_RANDOM, 3},
-        {"wide", 24, 1024, 4, 12, MR_HOT, 3},
+        {"top1", 12, 128, 1, 8, MR_RANDOM, 3},          {"wide", 24, 1024, 4, 12, MR_HOT, 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_ht_case(&cases[i]);
     error_cases();
+    timeout_cases();
+    abort_case();
     cchan_comm_destroy(g_comm);
     if (g_rank == 0) printf("test_moe_host: all passed on %d ranks\n", g_n);
     return 0;
