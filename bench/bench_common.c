@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 
@@ -374,4 +375,14 @@ void cb_chans_teardown(cb_ctx_t *ctx, cb_chans_t *c) {
     free(c->peer_pkt);
     free(c->mch);
     free(c->pch);
+}
+
+int cb_mps_client(void) {
+    const char *o = getenv("CCHAN_BENCH_MPS");
+    if (o && *o) return atoi(o) != 0;
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char path[512];
+    snprintf(path, sizeof path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
 }

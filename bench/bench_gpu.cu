@@ -207,6 +207,7 @@ static void gpu_setup_devices(gpu_t *g) {
             cudaGetLastError();
         }
     g->shared_gpu = strcmp(g->bus[0], g->bus[1]) == 0;
+    g->time_sliced = g->shared_gpu && !cb_mps_client();
 
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, g->dev));
@@ -221,7 +222,8 @@ static void gpu_setup_devices(gpu_t *g) {
         cb_printf(ctx, "# rank %d: GPU %d of its process, %s, PCI %s\n", r,
                   g->dev_of[r] >= 0 ? g->dev_of[r] : -1, names[r], g->bus[r]);
     if (g->shared_gpu)
-        snprintf(ctx->device, sizeof ctx->device, "%s (ranks 0 and 1 share one GPU)", names[0]);
+        snprintf(ctx->device, sizeof ctx->device, "%s (ranks 0 and 1 share one GPU, %s)", names[0],
+                 g->time_sliced ? "time-sliced" : "under MPS");
     else
         snprintf(ctx->device, sizeof ctx->device, "%s x%d", names[0], g->nranks);
     free(names);

@@ -56,6 +56,7 @@ typedef struct gpu {
     int dev;
     int *dev_of;     /* each rank's GPU as this process numbers them, -1 if not visible */
     int shared_gpu;  /* ranks 0 and 1 run on the same GPU */
+    int time_sliced; /* ... without MPS: their kernels take turns, so no ping-pong can run */
     char (*bus)[32]; /* each rank's PCI bus id */
     cudaStream_t s;
     cudaEvent_t e0, e1;

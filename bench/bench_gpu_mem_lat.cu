@@ -727,11 +727,12 @@ static void lat_ll_bw(gpu_t *g, const lat_ctx_t *L) {
 void run_mem_lat(gpu_t *g) {
     cb_ctx_t *ctx = g->ctx;
     const cb_opts_t *o = &ctx->opt;
-    if (g->shared_gpu) {
+    if (g->time_sliced) {
         cb_printf(
             ctx,
-            "#\n# mem-lat: skipped: ranks 0 and 1 share one GPU, and kernels of two processes do "
-            "not run at the same time on one GPU (without MPS), so a ping-pong cannot run\n");
+            "#\n# mem-lat: skipped: ranks 0 and 1 share one GPU without MPS, where kernels of two "
+            "processes do not run at the same time, so a ping-pong cannot run (start the MPS "
+            "daemon: nvidia-cuda-mps-control -d)\n");
         return;
     }
     lat_ctx_t L;

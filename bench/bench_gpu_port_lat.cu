@@ -363,10 +363,10 @@ void run_port_lat(gpu_t *g) {
     port_setup(g);
     g->phase++;
     const int iters = cb_opt_int(o->iters, 10000), warm = cb_opt_int(o->warmup, 1000);
-    if (g->shared_gpu)
+    if (g->time_sliced)
         cb_printf(ctx,
-                  "#\n# port-lat ping-pongs: skipped: ranks 0 and 1 share one GPU (kernels of two "
-                  "processes do not run at once)\n");
+                  "#\n# port-lat ping-pongs: skipped: ranks 0 and 1 share one GPU without MPS "
+                  "(kernels of two processes do not run at once; start the MPS daemon)\n");
     else
         lat_port_pingpong(g, iters, warm);
     lat_port_flush(g, iters, warm);

@@ -441,10 +441,10 @@ static int swb_ar_time(swb_t *w, const swb_ar_t *a, swb_nccl_t *nccl, int iters,
 static void swb_allreduce(swb_t *w) {
     cb_ctx_t *ctx = w->ctx;
     const cb_opts_t *o = &ctx->opt;
-    if (w->shared_gpu) {
+    if (w->shared_gpu && !cb_mps_client()) {
         cb_printf(ctx,
-                  "# switch-bw allreduce: skipped (two ranks share a GPU; their barrier kernels "
-                  "would wait on each other without MPS)\n");
+                  "# switch-bw allreduce: skipped (two ranks share a GPU without MPS; their barrier "
+                  "kernels would wait on each other)\n");
         return;
     }
     uint64_t sizes[CB_MAX_SIZES];
