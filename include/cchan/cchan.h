@@ -178,6 +178,15 @@ CCHAN_API int cchan_comm_check_device(cchan_comm_t *comm);
 CCHAN_API int cchan_comm_abort(cchan_comm_t *comm);
 CCHAN_API int cchan_comm_get_async_error(cchan_comm_t *comm, int *status);
 
+/* Collective agreement on a local step, for libraries whose create calls check arguments or
+ * allocate before a collective step: every rank passes its status (0 or negative) and, when it
+ * failed, the reason (NULL: cchan_last_error()). Returns 0 when every rank passed 0. A rank that
+ * failed gets its own status back; every other rank gets CCHAN_ERR_PEER with cchan_last_error()
+ * "<what>: rank R failed: <rank R's reason>", at once rather than after a bootstrap timeout. Costs
+ * one all-gather of 4 bytes per rank, and a second one with the reasons only when a rank failed. */
+CCHAN_API int cchan_comm_agree(cchan_comm_t *comm, int status, const char *what,
+                               const char *reason);
+
 /* ------------------------------------------------------------------ memory */
 
 /* cchan_mem_alloc flags */

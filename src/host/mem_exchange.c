@@ -11,6 +11,7 @@
  * one that gave up and no rank keeps a half-built exchange.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,14 +55,8 @@ static int vote(exchange_t *x, int status, int wants_fds, const char *step) {
     exchange_vote_t mine = {status, wants_fds};
     int r = cchan_bootstrap_allgather(x->comm->bs, &mine, x->votes, sizeof mine);
     if (r) return cchani_error_wrap(r, where, "all-gather after %s", step);
-    if (status) return status;
-    for (int p = 0; p < x->comm->nranks; p++) {
-        if (x->votes[p].status)
-            return cchani_error(CCHAN_ERR_PEER, where,
-                                "rank %d failed to %s (%s); its own error says why", p, step,
-                                cchan_strerror(x->votes[p].status));
-    }
-    return 0;
+    return cchani_comm_verdict(x->comm, status, x->votes, sizeof *x->votes,
+                               offsetof(exchange_vote_t, status), where, step);
 }
 
 /* ---------------------------------------------------------------- round 1: offers */
@@ -74,13 +69,8 @@ static int gather_offers(exchange_t *x, int setup) {
     mine.status = setup ? setup : cchan_mem_export(x->local, &mine.desc);
     int r = cchan_bootstrap_allgather(x->comm->bs, &mine, x->offers, sizeof mine);
     if (r) return cchani_error_wrap(r, where, "all-gather of descriptors");
-    if (mine.status) return mine.status;
-    for (int p = 0; p < x->comm->nranks; p++) {
-        if (x->offers[p].status)
-            return cchani_error(CCHAN_ERR_PEER, where, "rank %d could not export its memory (%s)",
-                                p, cchan_strerror(x->offers[p].status));
-    }
-    return 0;
+    return cchani_comm_verdict(x->comm, mine.status, x->offers, sizeof *x->offers,
+                               offsetof(exchange_offer_t, status), where, "export its memory");
 }
 
 /* ---------------------------------------------------------------- round 2: checks and fds */
@@ -255,9 +245,23 @@ static void exchange_free(exchange_t *x, int failed) {
     free(x->imports);
 }
 
-static int exchange_run(exchange_t *x) {
+static int check_args(const exchange_t *x, cchan_mem_t *const *peers) {
+    if (!x->local) return cchani_error(-EINVAL, where, "local is NULL");
+    if (!peers) return cchani_error(-EINVAL, where, "peers is NULL");
+    if (cchani_mem_comm(x->local) != x->comm)
+        return cchani_error(-EINVAL, where, "local belongs to another communicator");
+    if (!cchani_mem_is_local(x->local))
+        return cchani_error(-EINVAL, where,
+                            "local is an import of rank %d's memory, not this rank's registration",
+                            cchan_mem_rank(x->local));
+    return 0;
+}
+
+static int exchange_run(exchange_t *x, cchan_mem_t *const *peers) {
     cchani_device_scope_t scope;
-    int setup = exchange_config(x);
+    /* Argument errors travel with the offers, so every rank names the rank that made them. */
+    int setup = check_args(x, peers);
+    if (!setup) setup = exchange_config(x);
     if (!setup) setup = cchani_device_enter(x->comm, &scope);
     int r = gather_offers(x, setup);
     if (!r) {
@@ -270,11 +274,10 @@ static int exchange_run(exchange_t *x) {
 }
 
 int cchan_mem_exchange(cchan_comm_t *comm, cchan_mem_t *local, cchan_mem_t **peers) {
-    CCHANI_CHECK_ARG(comm != NULL && local != NULL && peers != NULL, where);
-    CCHANI_CHECK_ARG(cchani_mem_comm(local) == comm && cchani_mem_is_local(local), where);
+    CCHANI_CHECK_ARG(comm != NULL, where);
     exchange_t x;
     int r = exchange_alloc(&x, comm, local);
-    if (!r) r = exchange_run(&x);
+    if (!r) r = exchange_run(&x, peers);
     if (!r) {
         x.imports[comm->rank] = local;
         memcpy(peers, x.imports, (size_t)comm->nranks * sizeof *peers);
