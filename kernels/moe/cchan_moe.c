@@ -305,7 +305,6 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
     const int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
     int st = moe_check_config(cfg, nranks);
-    if (st) return st;
 
     /* Every rank must have passed the same shape: compare before allocating anything. */
     moe_shape_t mine;
@@ -316,7 +315,11 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     mine.top_k = cfg->top_k;
     mine.max_tokens = cfg->max_tokens_per_rank;
     mine.num_blocks = cfg->num_blocks;
-    st = moe_parse_variant(&mine.variant);
+    if (!st) st = moe_parse_variant(&mine.variant);
+    /* A rank with a bad config fails every rank now, naming it, not at the all-gather's timeout. */
+    const int own = st;
+    st = cchan_comm_agree(comm, st, w, st ? moe_errmsg : NULL);
+    if (st && !own) snprintf(moe_errmsg, sizeof moe_errmsg, "%s", cchan_last_error());
     if (st) return st;
     moe_shape_t all[MOE_MAX_RANKS];
     st = cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), &mine, all, sizeof mine);
