@@ -369,10 +369,34 @@ static uint64_t coll_ce_slot_bytes(const coll_args_t *a, int regions) {
     return (a->sw_off - a->hb_off) / ((uint64_t)regions * peers) / 16 * 16;
 }
 
+/* The checks of the caller's arguments, which may differ between ranks. */
+static int coll_check_config(const cchan_coll_config_t *cfg, cchan_coll_t **out) {
+    static const char *where = "cchan_coll_create";
+    if (!out) return colli_error(-EINVAL, where, "out must not be NULL");
+    if (!cfg) return 0;
+    if (cfg->magic != CCHAN_COLL_CONFIG_MAGIC || cfg->size < sizeof(cchan_coll_config_t))
+        return colli_error(-EINVAL, where,
+                           "config not initialized with CCHAN_COLL_CONFIG_INIT (magic 0x%x, size "
+                           "%zu)",
+                           cfg->magic, cfg->size);
+    if (cfg->size > sizeof(cchan_coll_config_t) || cfg->version == 0 ||
+        cfg->version > CCHAN_VERSION_CODE)
+        return colli_error(CCHAN_ERR_VERSION, where,
+                           "config version %u, size %zu: this library is version %d, size %zu "
+                           "(use CCHAN_COLL_CONFIG_INIT)",
+                           cfg->version, cfg->size, CCHAN_VERSION_CODE, sizeof *cfg);
+    if (cfg->max_blocks < 0) return colli_error(-EINVAL, where, "max_blocks %d < 0", cfg->max_blocks);
+    return 0;
+}
+
 int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
     static const char *where = "cchan_coll_create";
     coll_clear_error();
-    if (!comm || !out) return colli_error(-EINVAL, where, "comm and out must not be NULL");
+    if (!comm) return colli_error(-EINVAL, where, "comm must not be NULL");
+    /* A bad argument on one rank fails every rank now, naming it, not at a bootstrap timeout. */
+    int bad = coll_check_config(cfg, out);
+    int agreed = cchan_comm_agree(comm, bad, where, bad ? coll_errmsg : NULL);
+    if (agreed) return bad ? bad : agreed; /* the peer's reason is in cchan_last_error() */
     if (cfg && (cfg->magic != CCHAN_COLL_CONFIG_MAGIC || cfg->size < sizeof(cchan_coll_config_t)))
         return colli_error(-EINVAL, where,
                            "config not initialized with CCHAN_COLL_CONFIG_INIT (magic 0x%x, size "
