@@ -293,6 +293,11 @@ CCHAN_API int cchan_proxy_start(cchan_proxy_t *proxy);
  * CCHAN_ERR_TIMEOUT with the outstanding requests named in cchan_last_error(). No thread is left
  * running either way. */
 CCHAN_API int cchan_proxy_stop(cchan_proxy_t *proxy, uint64_t timeout_ms);
+/* 0 while every request the proxy took since it started was performed; else the first failure's
+ * status (e.g. CCHAN_ERR_RANGE) with cchan_last_error() naming the channel, the request and the
+ * number of failures. Any thread, while the proxy runs; cchan_proxy_stop reports and forgets them.
+ * A failed request also makes the next flush of its channel fail (port_channel.h). */
+CCHAN_API int cchan_proxy_get_error(cchan_proxy_t *proxy);
 CCHAN_API int cchan_proxy_destroy(cchan_proxy_t *proxy);
 
 /* A port channel to `peer` (local call, no communication) whose puts copy from `src` (local) into

@@ -504,6 +504,12 @@ static int report_wait(const cchan_diag_t *g) {
                             "rank %d: request on channel %u to peer %d is out of range: end offset "
                             "%llu exceeds the limit %llu",
                             g->rank, g->id, g->peer, obs, exp);
+    case CCHAN_FAIL_DROPPED:
+        return cchani_error(g->status < 0 ? g->status : CCHAN_ERR_INTERNAL, where,
+                            "rank %d: flush %llu of port channel %u to peer %d: the proxy dropped "
+                            "%llu request(s) of this channel since the previous flush (nothing "
+                            "moved or signalled for them; cchan_proxy_get_error names the first)",
+                            g->rank, exp, g->id, g->peer, obs);
     default:
         return cchani_error(CCHAN_ERR_INTERNAL, where,
                             "rank %d: device failure record of unknown kind %u", g->rank, g->kind);
