@@ -266,7 +266,7 @@ static int moe_parse_variant(moe_variant_t *v) {
 
 static int moe_check_config(const cchan_moe_config_t *c, int nranks) {
     const char *w = "cchan_moe_group_create";
-    if (c->size < sizeof(cchan_moe_config_t) || c->magic != CCHAN_MOE_CONFIG_MAGIC ||
+    if (c->size != sizeof(cchan_moe_config_t) || c->magic != CCHAN_MOE_CONFIG_MAGIC ||
         c->version != CCHAN_MOE_CONFIG_VERSION)
         return moe_error(-EINVAL, w,
                          "config not initialized with CCHAN_MOE_CONFIG_INIT "

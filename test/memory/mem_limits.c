@@ -6,7 +6,8 @@
  *              of a range with an unmapped page: CCHAN_ERR_RANGE naming how much is mapped; a
  *              port put from such a registration made the proxy read out of bounds
  *   shapes     a MoE group with hidden = 2^30 and a coll scratch of 1 TiB: refused at create
- *              with the bytes; a coll config of another version: CCHAN_ERR_VERSION
+ *              with the bytes; a MoE config of size 2^40 and a coll config of another version
+ *              are refused
  * Two ranks through cchan-run (the create calls are collective); both pass the same arguments.
  */
 #include <stdint.h>
@@ -97,6 +98,10 @@ static void check_shapes(cchan_comm_t *comm) {
     cchan_moe_group_t *g = NULL;
     int rc = cchan_moe_group_create(comm, &mc, &g);
     expect_msg("moe hidden 2^30", rc, -ENOMEM, cchan_moe_last_error(), "does not fit");
+
+    mc.size = (size_t)1 << 40;
+    rc = cchan_moe_group_create(comm, &mc, &g);
+    expect_msg("moe config size 2^40", rc, -EINVAL, cchan_moe_last_error(), "size 1099511627776");
 
     cchan_coll_config_t cc = CCHAN_COLL_CONFIG_INIT;
     cc.scratch_bytes = (size_t)too_much();
