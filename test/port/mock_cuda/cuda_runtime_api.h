@@ -19,7 +19,27 @@ typedef enum cudaError {
     cudaErrorNotReady = 600,
 } cudaError_t;
 
-typedef enum cudaMemcpyKind { cudaMemcpyDefault = 4 } cudaMemcpyKind_t;
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind_t;
+#define cudaHostAllocDefault 0x00u
+
+/* The simulated GPU's "device memory" is host memory: every pointer reads as unregistered, so
+ * the transport never takes its same-GPU staging path here. */
+enum cudaMemoryType {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3
+};
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+};
 #define cudaStreamNonBlocking 0x01u
 #define cudaEventDisableTiming 0x02u
 
@@ -140,6 +160,25 @@ static cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cud
 }
 
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+static cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    a->type = cudaMemoryTypeUnregistered;
+    a->device = -1;
+    a->hostPointer = (void *)p;
+    return cudaSuccess;
+}
+
+static cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
+    (void)flags;
+    *p = calloc(1, bytes);
+    return *p ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+static cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
 
 static const char *cudaGetErrorName(cudaError_t e) {
     return e == cudaErrorNotReady ? "cudaErrorNotReady"
