@@ -385,7 +385,8 @@ static int coll_check_config(const cchan_coll_config_t *cfg, cchan_coll_t **out)
                            "config version %u, size %zu: this library is version %d, size %zu "
                            "(use CCHAN_COLL_CONFIG_INIT)",
                            cfg->version, cfg->size, CCHAN_VERSION_CODE, sizeof *cfg);
-    if (cfg->max_blocks < 0) return colli_error(-EINVAL, where, "max_blocks %d < 0", cfg->max_blocks);
+    if (cfg->max_blocks < 0)
+        return colli_error(-EINVAL, where, "max_blocks %d < 0", cfg->max_blocks);
     return 0;
 }
 

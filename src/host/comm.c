@@ -222,7 +222,8 @@ static int verdict(cchan_comm_t *comm, int mine, const char *own_reason, const v
     memset(own, 0, sizeof own);
     if (mine) snprintf(own, sizeof own, "%s", own_reason ? own_reason : cchan_last_error());
     char *all = (char *)calloc((size_t)comm->nranks, sizeof own);
-    if (!all) return mine ? mine : cchani_error(-ENOMEM, where, "reasons of %d ranks", comm->nranks);
+    if (!all)
+        return mine ? mine : cchani_error(-ENOMEM, where, "reasons of %d ranks", comm->nranks);
     int r = cchan_bootstrap_allgather(comm->bs, own, all, sizeof own);
     if (mine) {
         /* The rank's own error stands: its message already says why. */
@@ -231,9 +232,9 @@ static int verdict(cchan_comm_t *comm, int mine, const char *own_reason, const v
     }
     if (r) {
         free(all);
-        return cchani_error(CCHAN_ERR_PEER, where, "rank %d failed%s%s (%s); its reason did not arrive",
-                            first, step ? " to " : "", step ? step : "",
-                            cchan_strerror(first_status));
+        return cchani_error(CCHAN_ERR_PEER, where,
+                            "rank %d failed%s%s (%s); its reason did not arrive", first,
+                            step ? " to " : "", step ? step : "", cchan_strerror(first_status));
     }
     char why[AGREE_REASON_BYTES];
     const char *raw = all + (size_t)first * sizeof own;

@@ -105,8 +105,10 @@ int cchani_fdpass_listen(uint64_t session, uint32_t seq, int rank, int backlog, 
             errno = e;
             return cchani_errno_error("bind/listen", "abstract socket @%s", a.sun_path + 1);
         }
-        CCHANI_INFO(CCHANI_SUB_MEM, "fd-passing socket @%s is taken by another process; drawing "
-                    "another name", a.sun_path + 1);
+        CCHANI_INFO(CCHANI_SUB_MEM,
+                    "fd-passing socket @%s is taken by another process; drawing "
+                    "another name",
+                    a.sun_path + 1);
     }
     return cchani_error(-EADDRINUSE, "cchan_mem_exchange",
                         "%d random fd-passing socket names were all taken: is another process "

@@ -205,8 +205,8 @@ static int pass_fds(exchange_t *x) {
             cchani_fdpass_msg_t msg;
             int got = -1;
             pid_t pid = 0;
-            int k = cchani_fdpass_try_recv(x->listen_fd, x->timeout_ms, owes_fd, x, &msg, &got,
-                                           &pid);
+            int k =
+                cchani_fdpass_try_recv(x->listen_fd, x->timeout_ms, owes_fd, x, &msg, &got, &pid);
             if (k <= 0) {
                 r = k;
                 break;

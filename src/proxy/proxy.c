@@ -63,7 +63,7 @@ struct cchan_proxy {
     uint64_t tail;
     uint32_t active[CCHAN_TRIGGER_MAX_CHANNELS]; /* channels with work in flight */
     uint32_t nactive;
-    /* Written by the serving thread, read by cchan_proxy_get_error at any time: under error_lock. */
+    /* Written by the serving thread, read by cchan_proxy_get_error any time: under error_lock. */
     pthread_mutex_t error_lock;
     int error;       /* first failed request's status */
     uint64_t errors; /* failed requests since the last stop */
@@ -417,8 +417,8 @@ int cchan_proxy_get_error(cchan_proxy_t *p) {
     int st = 0;
     if (p->errors)
         st = cchani_error(p->error, "cchan_proxy_get_error",
-                          "proxy %p: %llu request(s) failed since it started; first: %s",
-                          (void *)p, (unsigned long long)p->errors, p->error_msg);
+                          "proxy %p: %llu request(s) failed since it started; first: %s", (void *)p,
+                          (unsigned long long)p->errors, p->error_msg);
     pthread_mutex_unlock(&p->error_lock);
     return st;
 }

@@ -1,9 +1,10 @@
 /* The bootstrap's resource limits, each on its own (run through cchan-run, 2 ranks):
  *
  *   boot_limits queue  rank 1 queues messages at rank 0 that no receive takes. Up to the cap
- *                      (256 MiB, CCHANI_BOOT_MAX_QUEUED; 32 MiB under TSan) they are kept and delivered in order;
- *                      past it rank 0's receive fails with CCHAN_ERR_NO_RESOURCE naming rank 1 and
- *                      the cap, instead of buffering without bound.
+ *                      (256 MiB, CCHANI_BOOT_MAX_QUEUED; 32 MiB under TSan) they are kept and
+ *                      delivered in order; past it rank 0's receive fails with
+ *                      CCHAN_ERR_NO_RESOURCE naming rank 1 and the cap, instead of buffering
+ *                      without bound.
  *   boot_limits idle   a stranger connects to the root's listener and never speaks: the root
  *                      closes the connection once the idle limit (the bootstrap timeout, here
  *                      2 s, when shorter than 10 s) has passed, while the job goes on.
@@ -79,7 +80,8 @@ static void queue_cap(void) {
         BOOT_OK(cchan_bootstrap_barrier(bs));
         double t0 = boot_now_s();
         int rc = cchan_bootstrap_recv(bs, 1, 9, &got, sizeof got);
-        fprintf(stderr, "rank 0: after %.1f s: %d: %s\n", boot_now_s() - t0, rc, cchan_last_error());
+        fprintf(stderr, "rank 0: after %.1f s: %d: %s\n", boot_now_s() - t0, rc,
+                cchan_last_error());
         BOOT_CHECK(rc == CCHAN_ERR_NO_RESOURCE);
         char want[64];
         snprintf(want, sizeof want, "rank 1 sent more than %llu bytes", (unsigned long long)CAP);

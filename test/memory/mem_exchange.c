@@ -67,7 +67,8 @@ static void check_collective_failure(cchan_comm_t *comm, cchan_mem_t *local) {
     } else {
         char want[96];
         /* the failing rank's own reason travels with the verdict */
-        snprintf(want, sizeof want, "rank %d failed to export its memory: cchan_mem_export: ", last);
+        snprintf(want, sizeof want,
+                 "rank %d failed to export its memory: cchan_mem_export: ", last);
         MT_CHECK(r == CCHAN_ERR_PEER);
         MT_CHECK(strstr(cchan_last_error(), want) != NULL);
     }

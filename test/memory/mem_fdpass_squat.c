@@ -7,9 +7,10 @@
  *
  * Before the exchanges, the squatter binds every fd-passing socket name the ranks would use if
  * names were predictable (session, exchange number and rank, as listed in /proc/net/unix); while
- * they run, it watches /proc/net/unix and connects to every cchan fd-passing socket it sees, holding
- * the connection open without a word (a stall) or sending garbage. Six exchanges must still map
- * every peer's memory with the right contents, each within BOUND_S (the bootstrap timeout is 30 s).
+ * they run, it watches /proc/net/unix and connects to every cchan fd-passing socket it sees,
+ * holding the connection open without a word (a stall) or sending garbage. Six exchanges must still
+ * map every peer's memory with the right contents, each within BOUND_S (the bootstrap timeout is 30
+ * s).
  */
 #include <fcntl.h>
 #include <grp.h>
@@ -36,8 +37,8 @@ static int bind_abstract(const char *name) {
     int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "%s", name);
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -1;
-    if (bind(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-                                                   (size_t)n)) != 0 ||
+    if (bind(s, (struct sockaddr *)&a,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) != 0 ||
         listen(s, 4) != 0) {
         close(s);
         return -1;
@@ -67,8 +68,8 @@ static void squatter(uint64_t session, int nranks, int ready_fd) {
     char name[108];
     for (uint32_t seq = 0; seq < 2 * EXCHANGES; seq++)
         for (int r = 0; r < nranks; r++) {
-            snprintf(name, sizeof name, "cchan-fd-%016llx-%u-%d", (unsigned long long)session,
-                     seq, r);
+            snprintf(name, sizeof name, "cchan-fd-%016llx-%u-%d", (unsigned long long)session, seq,
+                     r);
             bound += bind_abstract(name) >= 0;
         }
     char ok = bound > 0 ? 1 : 0;
@@ -145,8 +146,8 @@ int main(int argc, char **argv) {
             MT_CHECK(child >= 0);
             if (child == 0) {
                 close(p[0]);
-                if (other && (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 ||
-                              setuid(NOBODY) != 0)) {
+                if (other &&
+                    (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)) {
                     char no = 2;
                     (void)!write(p[1], &no, 1);
                     _exit(0);

@@ -96,10 +96,10 @@ static void *push_bad_requests(void *arg) {
     expect_device(cchan_port_channel_put(ch, 0, BYTES - 4, 8), CCHAN_ERR_RANGE, "put beyond src");
     /* Beyond dst, with signal and flush: nothing is copied or signalled, the flush completes and
      * fails with the cause. */
-    PT_CHECK(cchan_fifo_push(&ch->fifo,
-                             cchan_trigger_encode(CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL, ch->id,
-                                                  BYTES - 8, 0, 16)) >= 0,
-             "push");
+    PT_CHECK(
+        cchan_fifo_push(&ch->fifo, cchan_trigger_encode(CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL,
+                                                        ch->id, BYTES - 8, 0, 16)) >= 0,
+        "push");
     expect_device(cchan_port_channel_flush(ch), CCHAN_ERR_RANGE, "flush after a dropped put");
     PT_CHECK(cchan_fifo_push(&ch->fifo, cchan_trigger_encode(CCHAN_TRIGGER_SIGNAL, 77, 0, 0, 0)) >=
                  0,
