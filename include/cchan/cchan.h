@@ -178,6 +178,15 @@ CCHAN_API int cchan_comm_check_device(cchan_comm_t *comm);
 CCHAN_API int cchan_comm_abort(cchan_comm_t *comm);
 CCHAN_API int cchan_comm_get_async_error(cchan_comm_t *comm, int *status);
 
+/* Collective agreement on a local step, for libraries whose create calls check arguments or
+ * allocate before a collective step: every rank passes its status (0 or negative) and, when it
+ * failed, the reason (NULL: cchan_last_error()). Returns 0 when every rank passed 0. A rank that
+ * failed gets its own status back; every other rank gets CCHAN_ERR_PEER with cchan_last_error()
+ * "<what>: rank R failed: <rank R's reason>", at once rather than after a bootstrap timeout. Costs
+ * one all-gather of 4 bytes per rank, and a second one with the reasons only when a rank failed. */
+CCHAN_API int cchan_comm_agree(cchan_comm_t *comm, int status, const char *what,
+                               const char *reason);
+
 /* ------------------------------------------------------------------ memory */
 
 /* cchan_mem_alloc flags */
@@ -284,6 +293,11 @@ CCHAN_API int cchan_proxy_start(cchan_proxy_t *proxy);
  * CCHAN_ERR_TIMEOUT with the outstanding requests named in cchan_last_error(). No thread is left
  * running either way. */
 CCHAN_API int cchan_proxy_stop(cchan_proxy_t *proxy, uint64_t timeout_ms);
+/* 0 while every request the proxy took since it started was performed; else the first failure's
+ * status (e.g. CCHAN_ERR_RANGE) with cchan_last_error() naming the channel, the request and the
+ * number of failures. Any thread, while the proxy runs; cchan_proxy_stop reports and forgets them.
+ * A failed request also makes the next flush of its channel fail (port_channel.h). */
+CCHAN_API int cchan_proxy_get_error(cchan_proxy_t *proxy);
 CCHAN_API int cchan_proxy_destroy(cchan_proxy_t *proxy);
 
 /* A port channel to `peer` (local call, no communication) whose puts copy from `src` (local) into

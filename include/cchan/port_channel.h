@@ -8,7 +8,8 @@
  *   put(dst_off, src_off, bytes)  asynchronous one-sided write; returns before the data moves. The
  *                                 source must not be overwritten until a flush() returns. Any size:
  *                                 puts larger than 1 GiB are split into several triggers.
- *                                 Offsets must be below 1 TiB (CCHAN_ERR_RANGE otherwise).
+ *                                 The range must lie inside the channel's source and destination
+ *                                 buffers (CCHAN_ERR_RANGE at the call otherwise, nothing sent).
  *                                 On the dma transport, puts of at most direct_max bytes (default
  *                                 256, CCHAN_PORT_DIRECT_MAX) are stored by the calling thread into
  *                                 the peer's buffer mapped into this GPU and complete on return. Puts of one channel are not
@@ -19,6 +20,10 @@
  *   wait() / poll()               on the receiving side: consume one signal (acquire). No trigger.
  *   flush()                       returns when every earlier request of this channel is complete
  *                                 from the sender's view (sources reusable, signals delivered).
+ *                                 Fails (like a timeout: recorded in the communicator's diag
+ *                                 record, a trap on a GPU) with the cause, e.g. CCHAN_ERR_RANGE,
+ *                                 when the proxy dropped a request of this channel since the
+ *                                 previous flush; cchan_proxy_get_error() has the proxy's message.
  *   put_signal, put_signal_flush  fused forms, one trigger each.
  *
  * Threads: for one channel, one thread at a time calls put/signal/flush (they keep order); another
@@ -46,7 +51,29 @@ typedef struct cchan_port_channel {
     const uint8_t *direct_src;  /* this rank's source buffer */
     uint64_t dst_bytes;
     uint64_t src_bytes;
+    const uint64_t *dropped; /* host-mapped: requests the proxy dropped (CCHAN_PORT_DROPPED_*) */
+    uint64_t *dropped_seen;  /* device memory: the dropped count the last flush reported */
 } cchan_port_channel_t;
+
+/* The dropped word: a count of dropped requests in the low bits, the latest one's cause (a
+ * negated cchan status) above. */
+#define CCHAN_PORT_DROPPED_CAUSE_SHIFT 48
+#define CCHAN_PORT_DROPPED_COUNT_MASK ((1ull << CCHAN_PORT_DROPPED_CAUSE_SHIFT) - 1)
+
+/* After flush `n` completed: fails with the cause when the proxy dropped requests of this channel
+ * since the last check (their data did not move, their signals were not sent). */
+CCHAN_DEVICE_INLINE int cchan_port_channel_check_dropped(const cchan_port_channel_t *ch,
+                                                         uint64_t n) {
+    if (ch->dropped == NULL) return CCHAN_OK;
+    uint64_t d = cchan_load_acquire_sys_u64(ch->dropped);
+    uint64_t count = d & CCHAN_PORT_DROPPED_COUNT_MASK, seen = *ch->dropped_seen;
+    if (CCHAN_LIKELY(count == seen)) return CCHAN_OK;
+    *ch->dropped_seen = count;
+    int cause = (int)(d >> CCHAN_PORT_DROPPED_CAUSE_SHIFT);
+    return cchan_device_fail(&ch->ctl, CCHAN_FAIL_DROPPED, n,
+                             (count - seen) & CCHAN_PORT_DROPPED_COUNT_MASK, 0,
+                             cause ? -cause : CCHAN_ERR_INTERNAL);
+}
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_push(const cchan_port_channel_t *ch, uint32_t type,
                                                 uint64_t dst_off, uint64_t src_off,
@@ -80,6 +107,13 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_put_typed(const cchan_port_channel_t 
         return cchan_device_fail(&ch->ctl, CCHAN_FAIL_RANGE, CCHAN_TRIGGER_MAX_OFFSET + 1,
                                  (dst_off > src_off ? dst_off : src_off) + bytes, 0, CCHAN_ERR_RANGE);
     }
+    /* The proxy would drop it: say so here, where the caller can still act. */
+    if (CCHAN_UNLIKELY(dst_off + bytes > ch->dst_bytes))
+        return cchan_device_fail(&ch->ctl, CCHAN_FAIL_RANGE, ch->dst_bytes, dst_off + bytes, 0,
+                                 CCHAN_ERR_RANGE);
+    if (CCHAN_UNLIKELY(src_off + bytes > ch->src_bytes))
+        return cchan_device_fail(&ch->ctl, CCHAN_FAIL_RANGE, ch->src_bytes, src_off + bytes, 0,
+                                 CCHAN_ERR_RANGE);
     while (bytes > CCHAN_TRIGGER_MAX_CHUNK) {
         int r = cchan_port_channel_push(ch, CCHAN_TRIGGER_PUT, dst_off, src_off,
                                         CCHAN_TRIGGER_MAX_CHUNK);
@@ -113,21 +147,26 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_flush_wait(const cchan_port_channel_t
     return cchan_wait_geq_u64(ch->flush_done, n, &ch->ctl, CCHAN_WAIT_FLUSH);
 }
 
+/* flush_issued counts only flushes that reached the FIFO: a refused one would never complete. */
 CCHAN_DEVICE_INLINE int cchan_port_channel_flush(const cchan_port_channel_t *ch) {
     uint64_t n = *ch->flush_issued + 1;
-    *ch->flush_issued = n;
     int r = cchan_port_channel_push(ch, CCHAN_TRIGGER_FLUSH, 0, 0, 0);
-    return r ? r : cchan_port_channel_flush_wait(ch, n);
+    if (r) return r;
+    *ch->flush_issued = n;
+    r = cchan_port_channel_flush_wait(ch, n);
+    return r ? r : cchan_port_channel_check_dropped(ch, n);
 }
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal_flush(const cchan_port_channel_t *ch,
                                                             uint64_t dst_off, uint64_t src_off,
                                                             uint64_t bytes) {
     uint64_t n = *ch->flush_issued + 1;
-    *ch->flush_issued = n;
     int r = cchan_port_channel_put_typed(ch, dst_off, src_off, bytes,
                                          CCHAN_TRIGGER_SIGNAL | CCHAN_TRIGGER_FLUSH);
-    return r ? r : cchan_port_channel_flush_wait(ch, n);
+    if (r) return r;
+    *ch->flush_issued = n;
+    r = cchan_port_channel_flush_wait(ch, n);
+    return r ? r : cchan_port_channel_check_dropped(ch, n);
 }
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_wait(const cchan_port_channel_t *ch) {

@@ -13,7 +13,7 @@
 enum cchan_error {
     CCHAN_ERR_INTERNAL = -256,       /* a cchan invariant broke: a bug, please report */
     CCHAN_ERR_TIMEOUT = -257,        /* a deadline passed (bootstrap, proxy drain, device wait) */
-    CCHAN_ERR_PEER = -258,           /* a peer closed its connection or died */
+    CCHAN_ERR_PEER = -258,           /* a peer failed (its error named), closed or died */
     CCHAN_ERR_VERSION = -259,        /* a peer or descriptor speaks another cchan version */
     CCHAN_ERR_PROTOCOL = -260,       /* a malformed, foreign, truncated or oversized message */
     CCHAN_ERR_CUDA = -261,           /* the CUDA or HIP runtime/driver reported an error */

@@ -34,8 +34,11 @@ enum cchan_wait_kind {
     CCHAN_WAIT_FLUSH = 3,     /* port channel flush: expected vs completed flush count */
     CCHAN_WAIT_PACKET = 4,    /* LL packet read: expected flag vs observed flag */
     CCHAN_WAIT_BARRIER = 5,   /* grid or rank barrier */
-    CCHAN_FAIL_RANGE = 6      /* not a wait: a request out of range (expected = limit, observed =
+    CCHAN_FAIL_RANGE = 6,     /* not a wait: a request out of range (expected = limit, observed =
                                  the offending end offset) */
+    CCHAN_FAIL_DROPPED = 7    /* not a wait: a port-channel flush found requests of the channel
+                                 that the proxy dropped (expected = the flush's number, observed =
+                                 requests dropped since the previous check; status = the cause) */
 };
 
 #define CCHAN_DIAG_EMPTY 0u
@@ -57,7 +60,7 @@ typedef struct cchan_diag {
     int32_t abort;
     int32_t abort_rank; /* the rank that died or aborted, -1 when unknown */
     uint32_t aborted;   /* written with the record: 1 when the wait ended by abort, not deadline */
-    uint32_t reserved;
+    int32_t status;     /* written with the record: the status the failing call returned */
 } cchan_diag_t;
 CCHAN_STATIC_ASSERT(sizeof(cchan_diag_t) == 64, "cchan_diag_t layout");
 
@@ -125,6 +128,7 @@ CCHAN_DEVICE_INLINE int cchan_device_fail(const cchan_wait_ctl_t *ctl, uint32_t 
         g->observed = observed;
         g->waited_ns = waited_ns;
         g->aborted = (uint32_t)aborted;
+        g->status = status;
         cchan_store_release_sys_u32(&g->state, CCHAN_DIAG_COMPLETE);
     }
     cchan_trap();

@@ -80,7 +80,14 @@ static int coll_check_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg,
                            "config not initialized with CCHAN_COLL_CONFIG_INIT (magic 0x%x, size "
                            "%zu)",
                            cfg->magic, cfg->size);
-    if (cfg && cfg->max_blocks < 0) return colli_error(-EINVAL, where, "max_blocks < 0");
+    if (cfg && (cfg->size > sizeof(cchan_coll_config_t) || cfg->version == 0 ||
+                cfg->version > CCHAN_VERSION_CODE))
+        return colli_error(CCHAN_ERR_VERSION, where,
+                           "config version %u, size %zu: this library is version %d, size %zu "
+                           "(use CCHAN_COLL_CONFIG_INIT)",
+                           cfg->version, cfg->size, CCHAN_VERSION_CODE, sizeof *cfg);
+    if (cfg && cfg->max_blocks < 0)
+        return colli_error(-EINVAL, where, "max_blocks %d < 0", cfg->max_blocks);
     int nranks = cchan_comm_size(comm);
     if (nranks < 1 || nranks > COLL_MAX_RANKS)
         return colli_error(CCHAN_ERR_UNSUPPORTED, where,
@@ -181,8 +188,11 @@ static int coll_setup_sems(cchan_coll_t *c, const char *where) {
 int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
     static const char *where = "cchan_coll_create";
     colli_clear_error();
-    int st = coll_check_create(comm, cfg, out, where);
-    if (st) return st;
+    if (!comm) return colli_error(-EINVAL, where, "comm must not be NULL");
+    /* A bad argument on one rank fails every rank now, naming it, not at a bootstrap timeout. */
+    int bad = coll_check_create(comm, cfg, out, where);
+    int st = cchan_comm_agree(comm, bad, where, bad ? cchan_last_error() : NULL);
+    if (st) return bad ? bad : st; /* the peer's reason is in cchan_last_error() */
     cchan_coll_t *c = (cchan_coll_t *)calloc(1, sizeof *c);
     if (!c) return colli_error(-ENOMEM, where, "no memory");
     c->comm = comm;

@@ -332,7 +332,7 @@ static int moe_parse_variant(moe_variant_t *v) {
 
 static int moe_check_config(const cchan_moe_config_t *c, int nranks) {
     const char *w = "cchan_moe_group_create";
-    if (c->size < sizeof(cchan_moe_config_t) || c->magic != CCHAN_MOE_CONFIG_MAGIC ||
+    if (c->size != sizeof(cchan_moe_config_t) || c->magic != CCHAN_MOE_CONFIG_MAGIC ||
         c->version != CCHAN_MOE_CONFIG_VERSION)
         return moe_error(-EINVAL, w,
                          "config not initialized with CCHAN_MOE_CONFIG_INIT "
@@ -364,8 +364,10 @@ static int moe_check_config(const cchan_moe_config_t *c, int nranks) {
     return 0;
 }
 
-/* Every rank must have passed the same shape: compare before allocating anything. */
-static int moe_agree(cchan_comm_t *comm, const cchan_moe_config_t *cfg, moe_shape_t *mine) {
+/* Every rank must have passed the same shape: compare before allocating anything. `checked` is this
+ * rank's verdict on its own config: a bad config on one rank fails every rank at once, naming it. */
+static int moe_agree(cchan_comm_t *comm, const cchan_moe_config_t *cfg, int checked,
+                     moe_shape_t *mine) {
     const char *w = "cchan_moe_group_create";
     const int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
     memset(mine, 0, sizeof *mine);
@@ -375,7 +377,11 @@ static int moe_agree(cchan_comm_t *comm, const cchan_moe_config_t *cfg, moe_shap
     mine->top_k = cfg->top_k;
     mine->max_tokens = cfg->max_tokens_per_rank;
     mine->num_blocks = cfg->num_blocks;
-    int st = moe_parse_variant(&mine->variant);
+    int st = checked;
+    if (!st) st = moe_parse_variant(&mine->variant);
+    const int own = st;
+    st = cchan_comm_agree(comm, st, w, st ? moe_errmsg : NULL);
+    if (st && !own) snprintf(moe_errmsg, sizeof moe_errmsg, "%s", cchan_last_error());
     if (st) return st;
     moe_shape_t all[MOE_MAX_RANKS];
     st = cchan_bootstrap_allgather(cchan_comm_bootstrap(comm), mine, all, sizeof *mine);
@@ -553,9 +559,8 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     moe_errmsg[0] = '\0';
     MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
     int st = moe_check_config(cfg, cchan_comm_size(comm));
-    if (st) return st;
     moe_shape_t mine;
-    st = moe_agree(comm, cfg, &mine);
+    st = moe_agree(comm, cfg, st, &mine);
     if (st) return st;
 
     cchan_moe_group_t *g = calloc(1, sizeof *g);

@@ -52,6 +52,13 @@ static int check_config(const cchan_comm_config_t *cfg) {
     if (cfg->size < offsetof(cchan_comm_config_t, timeout_ms) + sizeof cfg->timeout_ms)
         return cchani_error(-EINVAL, where,
                             "config size %zu is too small (use CCHAN_COMM_CONFIG_INIT)", cfg->size);
+    /* Every field this library knows is read; a longer struct is from a newer cchan and would
+     * carry settings it cannot honour. */
+    if (cfg->size > sizeof *cfg)
+        return cchani_error(CCHAN_ERR_VERSION, where,
+                            "config size %zu is larger than this library's %zu (a config from a "
+                            "newer cchan; use CCHAN_COMM_CONFIG_INIT)",
+                            cfg->size, sizeof *cfg);
     if (cfg->magic != CCHAN_COMM_CONFIG_MAGIC)
         return cchani_error(-EINVAL, where,
                             "config magic 0x%08x is not 0x%08x (use CCHAN_COMM_CONFIG_INIT)",
@@ -112,7 +119,9 @@ static int alloc_diag(cchan_comm_t *comm) {
  * follows rather than returned early, so no rank is left waiting for one that gave up. */
 static int setup_local(cchan_comm_t *comm, const cchan_comm_config_t *cfg) {
     int ngpus = 0;
-    int r = cchani_gpu_device_count(&ngpus);
+    int r = check_config(cfg);
+    if (r) return r;
+    r = cchani_gpu_device_count(&ngpus);
     if (!r) r = resolve_platform(cfg->platform, ngpus, &comm->platform);
     if (r) return r;
     if (comm->platform == CCHAN_PLATFORM_CUDA) {
@@ -156,14 +165,6 @@ static void version_string(uint32_t code, char out[24]) {
 static int check_peers(const cchan_comm_t *comm) {
     const char *where = "cchan_comm_create";
     const cchani_peer_info_t *p = comm->peers, *root = &comm->peers[0];
-    for (int r = 0; r < comm->nranks; r++) {
-        if (p[r].status && r != comm->rank)
-            return cchani_error(
-                CCHAN_ERR_PEER, where,
-                "rank %d (pid %d on %s) failed to set up its communicator: %s; its own "
-                "error says why",
-                r, p[r].pid, p[r].hostname, cchan_strerror(p[r].status));
-    }
     for (int r = 1; r < comm->nranks; r++) {
         if (p[r].version != root->version) {
             char a[24], b[24];
@@ -192,25 +193,85 @@ static int exchange_info(cchan_comm_t *comm, int status) {
     int r = cchan_bootstrap_allgather(comm->bs, &me, comm->peers, sizeof me);
     if (r) return cchani_error_wrap(r, "cchan_comm_create", "all-gather of peer information");
     comm->session = comm->peers[0].session;
-    return status ? status : check_peers(comm);
+    r = cchani_comm_verdict(comm, status, comm->peers, sizeof *comm->peers,
+                            offsetof(cchani_peer_info_t, status), "cchan_comm_create",
+                            "set up its communicator");
+    return r ? r : check_peers(comm);
 }
 
-int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what) {
+/* Reason text one rank sends the others when it failed a step: enough for the call, the argument
+ * and the expected value. */
+#define AGREE_REASON_BYTES 320
+
+static int verdict(cchan_comm_t *comm, int mine, const char *own_reason, const void *table,
+                   size_t stride, size_t status_offset, const char *where, const char *step) {
+    const uint8_t *t = (const uint8_t *)table;
+    int first = -1, first_status = 0, any = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        int32_t s;
+        memcpy(&s, t + (size_t)p * stride + status_offset, sizeof s);
+        any |= s != 0;
+        if (s && first < 0 && p != comm->rank) {
+            first = p;
+            first_status = s;
+        }
+    }
+    if (!any) return mine;
+    /* Every rank saw the same table, so every rank takes part in this second round or none does. */
+    char own[AGREE_REASON_BYTES];
+    memset(own, 0, sizeof own);
+    if (mine) snprintf(own, sizeof own, "%s", own_reason ? own_reason : cchan_last_error());
+    char *all = (char *)calloc((size_t)comm->nranks, sizeof own);
+    if (!all)
+        return mine ? mine : cchani_error(-ENOMEM, where, "reasons of %d ranks", comm->nranks);
+    int r = cchan_bootstrap_allgather(comm->bs, own, all, sizeof own);
+    if (mine) {
+        /* The rank's own error stands: its message already says why. */
+        free(all);
+        return mine;
+    }
+    if (r) {
+        free(all);
+        return cchani_error(CCHAN_ERR_PEER, where,
+                            "rank %d failed%s%s (%s); its reason did not arrive", first,
+                            step ? " to " : "", step ? step : "", cchan_strerror(first_status));
+    }
+    char why[AGREE_REASON_BYTES];
+    const char *raw = all + (size_t)first * sizeof own;
+    cchani_boot_sanitize(why, sizeof why, (const uint8_t *)raw, strnlen(raw, sizeof own - 1));
+    r = cchani_error(CCHAN_ERR_PEER, where, "rank %d failed%s%s: %s", first, step ? " to " : "",
+                     step ? step : "", why[0] ? why : cchan_strerror(first_status));
+    free(all);
+    return r;
+}
+
+int cchani_comm_verdict(cchan_comm_t *comm, int mine, const void *table, size_t stride,
+                        size_t status_offset, const char *where, const char *step) {
+    return verdict(comm, mine, NULL, table, stride, status_offset, where, step);
+}
+
+static int agree(cchan_comm_t *comm, int status, const char *reason, const char *what) {
     int32_t mine = status;
     int32_t *all = (int32_t *)calloc((size_t)comm->nranks, sizeof *all);
     if (!all) return cchani_error(-ENOMEM, what, "agreement of %d ranks", comm->nranks);
     int r = cchan_bootstrap_allgather(comm->bs, &mine, all, sizeof mine);
     if (r)
         r = cchani_error_wrap(r, what, "all-gather of the ranks' status");
-    else if (status)
-        r = status;
-    for (int p = 0; !r && p < comm->nranks; p++) {
-        if (all[p])
-            r = cchani_error(CCHAN_ERR_PEER, what, "rank %d failed (%s); its own error says why", p,
-                             cchan_strerror(all[p]));
-    }
+    else
+        r = verdict(comm, status, reason, all, sizeof *all, 0, what, NULL);
     free(all);
     return r;
+}
+
+int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what) {
+    return agree(comm, status, NULL, what);
+}
+
+int cchan_comm_agree(cchan_comm_t *comm, int status, const char *what, const char *reason) {
+    CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_agree");
+    if (!what) what = "cchan_comm_agree";
+    if (status > 0) status = -EINVAL;
+    return agree(comm, status, reason, what);
 }
 
 /* ---------------------------------------------------------------- abort */
@@ -317,8 +378,7 @@ int cchan_comm_create(cchan_bootstrap_t *bs, const cchan_comm_config_t *cfg, cch
     CCHANI_CHECK_ARG(bs != NULL, "cchan_comm_create");
     CCHANI_CHECK_ARG(out != NULL, "cchan_comm_create");
     if (!cfg) cfg = &defaults;
-    int r = check_config(cfg);
-    if (r) return r;
+    int r;
     cchan_comm_t *comm = (cchan_comm_t *)calloc(1, sizeof *comm);
     if (!comm) return cchani_error(-ENOMEM, "cchan_comm_create", "communicator");
     comm->bs = bs;
@@ -445,6 +505,12 @@ static int report_wait(const cchan_diag_t *g) {
                             "rank %d: request on channel %u to peer %d is out of range: end offset "
                             "%llu exceeds the limit %llu",
                             g->rank, g->id, g->peer, obs, exp);
+    case CCHAN_FAIL_DROPPED:
+        return cchani_error(g->status < 0 ? g->status : CCHAN_ERR_INTERNAL, where,
+                            "rank %d: flush %llu of port channel %u to peer %d: the proxy dropped "
+                            "%llu request(s) of this channel since the previous flush (nothing "
+                            "moved or signalled for them; cchan_proxy_get_error names the first)",
+                            g->rank, exp, g->id, g->peer, obs);
     default:
         return cchani_error(CCHAN_ERR_INTERNAL, where,
                             "rank %d: device failure record of unknown kind %u", g->rank, g->kind);

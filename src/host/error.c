@@ -15,7 +15,7 @@ const char *cchan_strerror(int status) {
     case CCHAN_OK: return "success";
     case CCHAN_ERR_INTERNAL: return "internal error";
     case CCHAN_ERR_TIMEOUT: return "timed out";
-    case CCHAN_ERR_PEER: return "peer closed the connection or died";
+    case CCHAN_ERR_PEER: return "a peer rank failed, closed the connection or died";
     case CCHAN_ERR_VERSION: return "version mismatch";
     case CCHAN_ERR_PROTOCOL: return "malformed or foreign message";
     case CCHAN_ERR_CUDA: return "GPU runtime error";

@@ -1,6 +1,5 @@
 /* cchan fd passing: pidfd_getfd, and SCM_RIGHTS over abstract Unix sockets (see fdpass.h). */
 #include <errno.h>
-#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "fdpass.h"
+#include "runtime.h"
 
 int cchani_fdpass_mode(int *out) {
     const char *v = cchani_env_str("CCHAN_FDPASS");
@@ -52,13 +52,26 @@ int cchani_fdpass_refused(int status) {
 
 /* ---------------------------------------------------------------- SCM_RIGHTS */
 
-static socklen_t socket_name(struct sockaddr_un *a, uint64_t session, uint32_t seq, int rank) {
+/* Names drawn before giving up on binding: a taken name is another process's (or a collision). */
+#define FDPASS_BIND_TRIES 8
+#define FDPASS_BACKLOG 1024
+
+static socklen_t socket_name(struct sockaddr_un *a, uint64_t session, uint32_t seq, int rank,
+                             uint64_t nonce) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    /* Abstract namespace (leading NUL): nothing to unlink, gone with the last socket. */
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "cchan-fd-%016llx-%u-%d",
-                     (unsigned long long)session, seq, rank);
+    /* Abstract namespace (leading NUL): nothing to unlink, gone with the last socket. The nonce
+     * makes the name unpredictable to whoever reads the others in /proc/net/unix. */
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "cchan-fd-%016llx-%u-%d-%016llx",
+                     (unsigned long long)session, seq, rank, (unsigned long long)nonce);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static int peer_cred(int s, struct ucred *cred) {
+    socklen_t clen = sizeof *cred;
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, cred, &clen) != 0)
+        return cchani_errno_error("getsockopt", "SO_PEERCRED");
+    return 0;
 }
 
 static void set_timeouts(int fd, uint64_t timeout_ms) {
@@ -70,30 +83,65 @@ static void set_timeouts(int fd, uint64_t timeout_ms) {
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
-int cchani_fdpass_listen(uint64_t session, uint32_t seq, int rank, int backlog, int *out) {
-    struct sockaddr_un a;
-    socklen_t len = socket_name(&a, session, seq, rank);
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return cchani_errno_error("socket", "AF_UNIX for fd passing");
-    if (bind(s, (struct sockaddr *)&a, len) != 0 || listen(s, backlog) != 0) {
-        int r = cchani_errno_error("bind/listen", "abstract socket @%s", a.sun_path + 1);
+int cchani_fdpass_listen(uint64_t session, uint32_t seq, int rank, int backlog, uint64_t *nonce,
+                         int *out) {
+    for (int t = 0; t < FDPASS_BIND_TRIES; t++) {
+        struct sockaddr_un a;
+        uint64_t n = cchani_random_u64();
+        socklen_t len = socket_name(&a, session, seq, rank, n);
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0) return cchani_errno_error("socket", "AF_UNIX for fd passing");
+        /* A deep backlog: strangers' connections, refused as they are accepted, must not leave
+         * the owners waiting for a free slot. */
+        if (bind(s, (struct sockaddr *)&a, len) == 0 &&
+            listen(s, backlog < FDPASS_BACKLOG ? FDPASS_BACKLOG : backlog) == 0) {
+            *nonce = n;
+            *out = s;
+            return 0;
+        }
+        int e = errno;
         close(s);
-        return r;
+        if (e != EADDRINUSE) {
+            errno = e;
+            return cchani_errno_error("bind/listen", "abstract socket @%s", a.sun_path + 1);
+        }
+        CCHANI_INFO(CCHANI_SUB_MEM,
+                    "fd-passing socket @%s is taken by another process; drawing "
+                    "another name",
+                    a.sun_path + 1);
     }
-    *out = s;
-    return 0;
+    return cchani_error(-EADDRINUSE, "cchan_mem_exchange",
+                        "%d random fd-passing socket names were all taken: is another process "
+                        "binding every abstract name?",
+                        FDPASS_BIND_TRIES);
 }
 
-int cchani_fdpass_send(uint64_t session, uint32_t seq, int to, const cchani_fdpass_msg_t *msg,
-                       int fd, uint64_t timeout_ms) {
+int cchani_fdpass_try_send(uint64_t session, uint32_t seq, int to, uint64_t nonce, pid_t to_pid,
+                           const cchani_fdpass_msg_t *msg, int fd) {
     struct sockaddr_un a;
-    socklen_t len = socket_name(&a, session, seq, to);
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    socklen_t len = socket_name(&a, session, seq, to, nonce);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) return cchani_errno_error("socket", "AF_UNIX for fd passing to rank %d", to);
-    set_timeouts(s, timeout_ms);
-    int r = 0;
+    /* A Unix connect does not wait: it succeeds, or fails with EAGAIN while the listener's
+     * backlog is full (other processes may fill it; the listener drains them). */
     if (connect(s, (struct sockaddr *)&a, len) != 0) {
-        r = cchani_errno_error("connect", "fd-passing socket @%s of rank %d", a.sun_path + 1, to);
+        int e = errno;
+        close(s);
+        if (e == EAGAIN || e == EINTR) return -EAGAIN;
+        errno = e;
+        return cchani_errno_error("connect", "fd-passing socket @%s of rank %d", a.sun_path + 1,
+                                  to);
+    }
+    /* The fd gives access to this rank's memory: only the rank itself may receive it. */
+    struct ucred cred;
+    int r = peer_cred(s, &cred);
+    if (!r && (cred.pid != to_pid || cred.uid != geteuid()))
+        r = cchani_error(CCHAN_ERR_PROTOCOL, "cchan_mem_exchange",
+                         "fd-passing socket @%s is held by pid %d uid %u, not by rank %d (pid %d "
+                         "uid %u); the fd was not sent",
+                         a.sun_path + 1, (int)cred.pid, (unsigned)cred.uid, to, (int)to_pid,
+                         (unsigned)geteuid());
+    if (r) {
         close(s);
         return r;
     }
@@ -114,6 +162,7 @@ int cchani_fdpass_send(uint64_t session, uint32_t seq, int to, const cchani_fdpa
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    /* A fresh connection's buffer takes a message this small at once. */
     ssize_t n = sendmsg(s, &mh, MSG_NOSIGNAL);
     if (n != (ssize_t)sizeof *msg)
         r = n < 0 ? cchani_errno_error("sendmsg", "SCM_RIGHTS to rank %d", to)
@@ -121,20 +170,6 @@ int cchani_fdpass_send(uint64_t session, uint32_t seq, int to, const cchani_fdpa
                                  n, to);
     close(s);
     return r;
-}
-
-static int wait_readable(int fd, uint64_t timeout_ms) {
-    struct pollfd p = {fd, POLLIN, 0};
-    int ms = timeout_ms > 3600000u ? 3600000 : (int)timeout_ms;
-    int n;
-    do n = poll(&p, 1, ms);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return cchani_errno_error("poll", "fd-passing socket");
-    if (n == 0)
-        return cchani_error(CCHAN_ERR_TIMEOUT, "cchan_mem_exchange",
-                            "no rank sent its fd within %llu ms (CCHAN_BOOTSTRAP_TIMEOUT_MS)",
-                            (unsigned long long)timeout_ms);
-    return 0;
 }
 
 static int recv_one(int c, cchani_fdpass_msg_t *msg, int *fd) {
@@ -165,22 +200,38 @@ static int recv_one(int c, cchani_fdpass_msg_t *msg, int *fd) {
     return 0;
 }
 
-int cchani_fdpass_recv(int listen_fd, uint64_t timeout_ms, cchani_fdpass_msg_t *msg, int *fd,
-                       pid_t *pid) {
-    int r = wait_readable(listen_fd, timeout_ms);
-    if (r) return r;
-    int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (c < 0) return cchani_errno_error("accept4", "fd-passing socket");
-    set_timeouts(c, timeout_ms);
-    struct ucred cred;
-    socklen_t clen = sizeof cred;
-    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) {
-        r = cchani_errno_error("getsockopt", "SO_PEERCRED");
+int cchani_fdpass_try_recv(int listen_fd, uint64_t timeout_ms, cchani_fdpass_want_fn want,
+                           void *ctx, cchani_fdpass_msg_t *msg, int *fd, pid_t *pid) {
+    for (;;) {
+        int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+            return cchani_errno_error("accept4", "fd-passing socket");
+        }
+        struct ucred cred;
+        int r = peer_cred(c, &cred);
+        if (r) {
+            close(c);
+            return r;
+        }
+        /* Anyone on the host can connect to an abstract socket: a process that is not one of the
+         * expected senders is closed before a byte is read, so it can neither feed this rank an
+         * fd nor stall it. */
+        if (cred.uid != geteuid() || !want(ctx, cred.pid)) {
+            CCHANI_INFO(CCHANI_SUB_MEM,
+                        "fd-passing socket: refused a connection from pid %d uid %u (not a rank "
+                        "that owes this rank an fd)",
+                        (int)cred.pid, (unsigned)cred.uid);
+            close(c);
+            continue;
+        }
+        /* An expected sender wrote its message before its connect returned to it. */
+        set_timeouts(c, timeout_ms);
+        r = recv_one(c, msg, fd);
         close(c);
-        return r;
+        if (r) return r;
+        *pid = cred.pid;
+        return 1;
     }
-    r = recv_one(c, msg, fd);
-    close(c);
-    if (!r) *pid = cred.pid;
-    return r;
 }

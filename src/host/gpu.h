@@ -62,6 +62,8 @@ CCHANI_HIDDEN int cchani_gpu_ipc_close(void *p);
 /* Virtual memory management (cuMem): physical allocations with a POSIX fd shareable handle, mapped
  * into reserved address ranges. Handles are opaque 64-bit values. */
 CCHANI_HIDDEN int cchani_gpu_vmm_granularity(int device, size_t *out);
+/* Free and total memory of the current device (cudaMemGetInfo). */
+CCHANI_HIDDEN int cchani_gpu_mem_info(size_t *free_bytes, size_t *total_bytes);
 CCHANI_HIDDEN int cchani_gpu_vmm_create(int device, size_t bytes, uint64_t *handle);
 /* Retains the handle of the allocation mapped at p (p must be VMM memory). */
 CCHANI_HIDDEN int cchani_gpu_vmm_retain(void *p, uint64_t *handle);

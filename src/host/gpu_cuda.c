@@ -291,6 +291,11 @@ int cchani_gpu_vmm_granularity(int device, size_t *out) {
     return 0;
 }
 
+int cchani_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    CUDA_CALL(cudaMemGetInfo, free_bytes, total_bytes);
+    return 0;
+}
+
 int cchani_gpu_vmm_create(int device, size_t bytes, uint64_t *handle) {
     CUmemAllocationProp prop = vmm_prop(device);
     CUmemGenericAllocationHandle h;

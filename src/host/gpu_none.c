@@ -47,6 +47,9 @@ int cchani_gpu_ipc_close(void *p) { return no_gpu("cudaIpcCloseMemHandle"); }
 int cchani_gpu_vmm_granularity(int device, size_t *out) {
     return no_gpu("cuMemGetAllocationGranularity");
 }
+int cchani_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    return no_gpu("cudaMemGetInfo");
+}
 int cchani_gpu_vmm_create(int device, size_t bytes, uint64_t *handle) {
     return no_gpu("cuMemCreate");
 }

@@ -92,6 +92,103 @@ static uint64_t own_host_hash(const cchan_comm_t *comm) {
     return comm->peers[comm->rank].host_hash;
 }
 
+/* ---------------------------------------------------------------- what fits, what is mapped */
+
+/* A number after `key` in a text like /proc/meminfo ("MemAvailable:  123 kB"), or -1. */
+static int64_t text_number(const char *text, const char *key) {
+    const char *at = strstr(text, key);
+    if (!at) return -1;
+    at += strlen(key);
+    while (*at == ' ' || *at == '\t' || *at == ':') at++;
+    if (*at < '0' || *at > '9') return -1;
+    return (int64_t)strtoll(at, NULL, 10);
+}
+
+static int read_text(const char *path, char *buf, size_t n) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t got = read(fd, buf, n - 1);
+    close(fd);
+    if (got < 0) return -1;
+    buf[got] = '\0';
+    return 0;
+}
+
+/* Room left in this process's cgroup (v2): memory.max - memory.current, or -1 without a limit. */
+static int64_t cgroup_room(void) {
+    char line[512], path[640], num[64];
+    if (read_text("/proc/self/cgroup", line, sizeof line) != 0) return -1;
+    const char *rel = strstr(line, "0::");
+    if (!rel) return -1;
+    rel += 3;
+    size_t len = strcspn(rel, "\n");
+    snprintf(path, sizeof path, "/sys/fs/cgroup%.*s/memory.max", (int)len, rel);
+    if (read_text(path, num, sizeof num) != 0 || num[0] < '0' || num[0] > '9') return -1;
+    int64_t max = strtoll(num, NULL, 10);
+    snprintf(path, sizeof path, "/sys/fs/cgroup%.*s/memory.current", (int)len, rel);
+    if (read_text(path, num, sizeof num) != 0) return -1;
+    int64_t cur = strtoll(num, NULL, 10);
+    return max > cur ? max - cur : 0;
+}
+
+/* Shared host memory is committed page by page when first touched: an allocation larger than
+ * what the machine (or this cgroup) can still provide would "succeed" and then end in SIGBUS or
+ * the OOM killer. Refuse it here, with the numbers. */
+static int host_memory_fits(size_t bytes, const char *where) {
+    char info[8192];
+    if (read_text("/proc/meminfo", info, sizeof info) != 0) return 0; /* nothing to compare with */
+    int64_t avail_kib = text_number(info, "MemAvailable"), swap_kib = text_number(info, "SwapFree");
+    if (avail_kib < 0) return 0;
+    uint64_t room = (uint64_t)avail_kib * 1024u + (swap_kib > 0 ? (uint64_t)swap_kib * 1024u : 0);
+    int64_t cg = cgroup_room();
+    const char *limit = "MemAvailable + SwapFree";
+    if (cg >= 0 && (uint64_t)cg < room) {
+        room = (uint64_t)cg;
+        limit = "this cgroup's memory.max - memory.current";
+    }
+    if (bytes <= room) return 0;
+    return cchani_error(-ENOMEM, where, "does not fit: only %llu bytes are available (%s)",
+                        (unsigned long long)room, limit);
+}
+
+static int device_memory_fits(const cchan_comm_t *comm, size_t bytes, const char *where) {
+    size_t free_b = 0, total_b = 0;
+    int r = cchani_gpu_mem_info(&free_b, &total_b);
+    if (r) return r;
+    if (bytes <= free_b) return 0;
+    return cchani_error(-ENOMEM, where, "does not fit: GPU %d has only %zu of %zu bytes free",
+                        comm->device, free_b, total_b);
+}
+
+/* Whether [p, p + bytes) is mapped readable in this process, from /proc/self/maps (sorted by
+ * address): registering memory that is not there would make a proxy or a peer read or write out
+ * of bounds later. */
+static int check_mapped(const void *ptr, size_t bytes, const char *where) {
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return 0; /* no procfs: nothing to check against */
+    uintptr_t want = (uintptr_t)ptr, end = want + bytes, covered = want;
+    char line[512];
+    const char *why = "not mapped";
+    while (covered < end && fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi;
+        char perms[8] = "";
+        if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3) continue;
+        if (hi <= covered) continue;
+        if (lo > covered) break; /* a gap */
+        if (perms[0] != 'r') {
+            why = "mapped without read permission";
+            break;
+        }
+        covered = (uintptr_t)hi;
+    }
+    fclose(f);
+    if (covered >= end) return 0;
+    return cchani_error(CCHAN_ERR_RANGE, where,
+                        "not all mapped readable in this process: only %zu bytes from %p are, "
+                        "the memory at %p is %s",
+                        (size_t)(covered - want), ptr, (void *)covered, why);
+}
+
 /* ---------------------------------------------------------------- host memory: sealed memfds */
 
 static int memfd_create_sealed(uint64_t key, size_t bytes, int *fd_out, size_t *alloc_out) {
@@ -195,9 +292,9 @@ int cchan_mem_alloc(cchan_comm_t *comm, size_t bytes, unsigned flags, cchan_mem_
     if (!m) return cchani_error(-ENOMEM, where, "registration object");
     cchani_device_scope_t scope;
     int r = cchani_device_enter(comm, &scope);
-    if (!r)
-        r = (flags & CCHAN_MEM_HOST) || !on_gpu(comm) ? alloc_host(m, bytes)
-                                                      : alloc_device(m, bytes);
+    int host = (flags & CCHAN_MEM_HOST) || !on_gpu(comm);
+    if (!r) r = host ? host_memory_fits(bytes, where) : device_memory_fits(comm, bytes, where);
+    if (!r) r = host ? alloc_host(m, bytes) : alloc_device(m, bytes);
     cchani_device_leave(&scope);
     if (r) {
         mem_discard(m);
@@ -251,6 +348,8 @@ static int register_host_memory(cchan_mem_t *m) {
     int r = share_memfd_range(m, (const uint8_t *)m->ptr, m->bytes);
     if (r < 0) return r;
     if (r == 0) {
+        r = check_mapped(m->ptr, m->bytes, "cchan_mem_register");
+        if (r) return r;
         m->host_ptr = m->ptr;
         snprintf(
             m->why_local, sizeof m->why_local,

@@ -11,6 +11,8 @@
  * one that gave up and no rank keeps a half-built exchange.
  */
 #include <errno.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +29,7 @@ typedef struct exchange_offer {
 typedef struct exchange_vote {
     int32_t status;
     int32_t wants_fds;
+    uint64_t nonce; /* names this rank's fd-passing socket (fdpass.h) when it wants fds */
 } exchange_vote_t;
 
 typedef struct exchange {
@@ -42,6 +45,7 @@ typedef struct exchange {
     cchan_mem_t **imports;
     int wants_fds;
     int listen_fd;
+    uint64_t nonce;
 } exchange_t;
 
 static const char *where = "cchan_mem_exchange";
@@ -51,17 +55,11 @@ static const char *where = "cchan_mem_exchange";
 /* All-gathers this rank's vote. 0 when every rank succeeded; otherwise this rank's own error, or
  * one naming the first rank that failed at `step`. */
 static int vote(exchange_t *x, int status, int wants_fds, const char *step) {
-    exchange_vote_t mine = {status, wants_fds};
+    exchange_vote_t mine = {status, wants_fds, x->nonce};
     int r = cchan_bootstrap_allgather(x->comm->bs, &mine, x->votes, sizeof mine);
     if (r) return cchani_error_wrap(r, where, "all-gather after %s", step);
-    if (status) return status;
-    for (int p = 0; p < x->comm->nranks; p++) {
-        if (x->votes[p].status)
-            return cchani_error(CCHAN_ERR_PEER, where,
-                                "rank %d failed to %s (%s); its own error says why", p, step,
-                                cchan_strerror(x->votes[p].status));
-    }
-    return 0;
+    return cchani_comm_verdict(x->comm, status, x->votes, sizeof *x->votes,
+                               offsetof(exchange_vote_t, status), where, step);
 }
 
 /* ---------------------------------------------------------------- round 1: offers */
@@ -74,13 +72,8 @@ static int gather_offers(exchange_t *x, int setup) {
     mine.status = setup ? setup : cchan_mem_export(x->local, &mine.desc);
     int r = cchan_bootstrap_allgather(x->comm->bs, &mine, x->offers, sizeof mine);
     if (r) return cchani_error_wrap(r, where, "all-gather of descriptors");
-    if (mine.status) return mine.status;
-    for (int p = 0; p < x->comm->nranks; p++) {
-        if (x->offers[p].status)
-            return cchani_error(CCHAN_ERR_PEER, where, "rank %d could not export its memory (%s)",
-                                p, cchan_strerror(x->offers[p].status));
-    }
-    return 0;
+    return cchani_comm_verdict(x->comm, mine.status, x->offers, sizeof *x->offers,
+                               offsetof(exchange_offer_t, status), where, "export its memory");
 }
 
 /* ---------------------------------------------------------------- round 2: checks and fds */
@@ -146,23 +139,16 @@ static int prepare(exchange_t *x) {
     /* Listen before voting: a sender connects as soon as the vote is over. */
     if (!r && x->wants_fds)
         r = cchani_fdpass_listen(x->comm->session, x->seq, x->comm->rank, count_owners(x),
-                                 &x->listen_fd);
+                                 &x->nonce, &x->listen_fd);
     return r;
 }
 
-static int send_fds(exchange_t *x) {
-    int fd = cchani_mem_export_fd(x->local);
-    if (fd < 0) return 0;
-    cchani_fdpass_msg_t msg = {x->comm->session, x->local->key, x->seq, x->comm->rank};
-    for (int p = 0; p < x->comm->nranks; p++) {
-        const cchani_peer_info_t *peer = &x->comm->peers[p];
-        if (p == x->comm->rank || !x->votes[p].wants_fds || peer->pid == (int32_t)getpid() ||
-            peer->host_hash != x->comm->peers[x->comm->rank].host_hash)
-            continue; /* an fd cannot travel to another host; that rank does not import one */
-        int r = cchani_fdpass_send(x->comm->session, x->seq, p, &msg, fd, x->timeout_ms);
-        if (r) return cchani_error_wrap(r, where, "sending the fd to rank %d", p);
-    }
-    return 0;
+/* Ranks this rank owes its fd: they want fds, and share this host (an fd cannot travel to
+ * another host; such a rank does not import one). */
+static int owes_fd_to(const exchange_t *x, int p) {
+    const cchani_peer_info_t *peer = &x->comm->peers[p];
+    return p != x->comm->rank && x->votes[p].wants_fds && peer->pid != (int32_t)getpid() &&
+           peer->host_hash == x->comm->peers[x->comm->rank].host_hash;
 }
 
 /* A received fd is accepted only from the owner the kernel says sent it, for this exchange. */
@@ -182,16 +168,66 @@ static int accept_fd(exchange_t *x, const cchani_fdpass_msg_t *msg, pid_t pid, i
     return 0;
 }
 
-static int receive_fds(exchange_t *x) {
-    for (int n = count_owners(x); n > 0; n--) {
-        cchani_fdpass_msg_t msg;
-        int fd = -1;
-        pid_t pid = 0;
-        int r = cchani_fdpass_recv(x->listen_fd, x->timeout_ms, &msg, &fd, &pid);
-        if (!r) r = accept_fd(x, &msg, pid, fd);
-        if (r) return r;
-    }
+/* Connections are taken only from owners whose fd this rank still waits for. */
+static int owes_fd(void *ctx, pid_t pid) {
+    const exchange_t *x = (const exchange_t *)ctx;
+    for (int p = 0; p < x->comm->nranks; p++)
+        if (needs_fd_from(x, p) && x->fds[p] < 0 && pid == (pid_t)x->wires[p].owner_pid) return 1;
     return 0;
+}
+
+/* Sends this rank's fd to every rank that wants it while receiving the fds this rank wants, in one
+ * loop: a send whose receiver's backlog is full (strangers may fill it) is retried, and meanwhile
+ * this rank keeps draining its own listener, so no two ranks wait on each other. */
+static int pass_fds(exchange_t *x) {
+    int fd = cchani_mem_export_fd(x->local);
+    cchani_fdpass_msg_t out = {x->comm->session, x->local->key, x->seq, x->comm->rank};
+    int n = x->comm->nranks, to_send = 0, to_receive = x->wants_fds ? count_owners(x) : 0;
+    char *sent = (char *)calloc((size_t)n, 1);
+    if (!sent) return cchani_error(-ENOMEM, where, "fd-passing state");
+    for (int p = 0; p < n; p++) to_send += fd >= 0 && owes_fd_to(x, p);
+    uint64_t deadline = cchani_now_ns() + x->timeout_ms * 1000000ull;
+    int r = 0;
+    while (!r && (to_send > 0 || to_receive > 0)) {
+        for (int p = 0; !r && fd >= 0 && p < n; p++) {
+            if (sent[p] || !owes_fd_to(x, p)) continue;
+            r = cchani_fdpass_try_send(x->comm->session, x->seq, p, x->votes[p].nonce,
+                                       (pid_t)x->comm->peers[p].pid, &out, fd);
+            if (r == -EAGAIN) {
+                r = 0;
+                continue;
+            }
+            if (r) r = cchani_error_wrap(r, where, "sending the fd to rank %d", p);
+            sent[p] = 1;
+            to_send--;
+        }
+        while (!r && to_receive > 0) {
+            cchani_fdpass_msg_t msg;
+            int got = -1;
+            pid_t pid = 0;
+            int k =
+                cchani_fdpass_try_recv(x->listen_fd, x->timeout_ms, owes_fd, x, &msg, &got, &pid);
+            if (k <= 0) {
+                r = k;
+                break;
+            }
+            r = accept_fd(x, &msg, pid, got);
+            to_receive--;
+        }
+        if (r || (to_send == 0 && to_receive == 0)) break;
+        if (cchani_now_ns() >= deadline) {
+            r = cchani_error(CCHAN_ERR_TIMEOUT, where,
+                             "fd passing over SCM_RIGHTS did not finish within %llu ms "
+                             "(CCHAN_BOOTSTRAP_TIMEOUT_MS): %d fd(s) not received, %d not sent",
+                             (unsigned long long)x->timeout_ms, to_receive, to_send);
+            break;
+        }
+        /* Sends pending: retry soon; else sleep until a connection arrives. */
+        struct pollfd pl = {x->listen_fd, POLLIN, 0};
+        (void)poll(&pl, to_receive > 0 ? 1 : 0, to_send > 0 ? 1 : 100);
+    }
+    free(sent);
+    return r;
 }
 
 /* ---------------------------------------------------------------- round 3: mapping */
@@ -209,8 +245,7 @@ static int map_all(exchange_t *x) {
 }
 
 static int pass_and_map(exchange_t *x) {
-    int r = send_fds(x);
-    if (!r && x->wants_fds) r = receive_fds(x);
+    int r = pass_fds(x);
     if (!r) r = map_all(x);
     return r;
 }
@@ -255,9 +290,23 @@ static void exchange_free(exchange_t *x, int failed) {
     free(x->imports);
 }
 
-static int exchange_run(exchange_t *x) {
+static int check_args(const exchange_t *x, cchan_mem_t *const *peers) {
+    if (!x->local) return cchani_error(-EINVAL, where, "local is NULL");
+    if (!peers) return cchani_error(-EINVAL, where, "peers is NULL");
+    if (cchani_mem_comm(x->local) != x->comm)
+        return cchani_error(-EINVAL, where, "local belongs to another communicator");
+    if (!cchani_mem_is_local(x->local))
+        return cchani_error(-EINVAL, where,
+                            "local is an import of rank %d's memory, not this rank's registration",
+                            cchan_mem_rank(x->local));
+    return 0;
+}
+
+static int exchange_run(exchange_t *x, cchan_mem_t *const *peers) {
     cchani_device_scope_t scope;
-    int setup = exchange_config(x);
+    /* Argument errors travel with the offers, so every rank names the rank that made them. */
+    int setup = check_args(x, peers);
+    if (!setup) setup = exchange_config(x);
     if (!setup) setup = cchani_device_enter(x->comm, &scope);
     int r = gather_offers(x, setup);
     if (!r) {
@@ -270,11 +319,10 @@ static int exchange_run(exchange_t *x) {
 }
 
 int cchan_mem_exchange(cchan_comm_t *comm, cchan_mem_t *local, cchan_mem_t **peers) {
-    CCHANI_CHECK_ARG(comm != NULL && local != NULL && peers != NULL, where);
-    CCHANI_CHECK_ARG(cchani_mem_comm(local) == comm && cchani_mem_is_local(local), where);
+    CCHANI_CHECK_ARG(comm != NULL, where);
     exchange_t x;
     int r = exchange_alloc(&x, comm, local);
-    if (!r) r = exchange_run(&x);
+    if (!r) r = exchange_run(&x, peers);
     if (!r) {
         x.imports[comm->rank] = local;
         memcpy(peers, x.imports, (size_t)comm->nranks * sizeof *peers);

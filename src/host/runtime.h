@@ -71,6 +71,14 @@ CCHANI_HIDDEN uint32_t cchani_comm_next_id(cchan_comm_t *comm);
  * first rank that failed. Call it after local steps that may fail and before a collective step, so
  * a rank that failed never leaves its peers waiting. */
 CCHANI_HIDDEN int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what);
+/* The verdict of an all-gather in which every rank contributed a status (an int32 at status_offset
+ * of each stride-byte record of table; `mine` is this rank's). 0 when every status is 0. Otherwise
+ * the ranks all-gather their messages (one more collective round, taken by every rank or by none):
+ * this rank returns its own status with its message intact, the others CCHAN_ERR_PEER with a
+ * message "<where>: rank R failed to <step>: <rank R's own message>" (step may be NULL). */
+CCHANI_HIDDEN int cchani_comm_verdict(cchan_comm_t *comm, int mine, const void *table,
+                                      size_t stride, size_t status_offset, const char *where,
+                                      const char *step);
 /* 64 random bits (getrandom), for session ids and allocation keys. */
 CCHANI_HIDDEN uint64_t cchani_random_u64(void);
 /* First of n consecutive ids (a semaphore set numbers its semaphores with them). */

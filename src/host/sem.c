@@ -58,19 +58,33 @@ static int allocate_local(cchan_sem_set_t *set, unsigned flags) {
 
 int cchan_sem_set_create(cchan_comm_t *comm, int count, unsigned flags, cchan_sem_set_t **out) {
     const char *where = "cchan_sem_set_create";
-    CCHANI_CHECK_ARG(comm != NULL && out != NULL, where);
-    CCHANI_CHECK_ARG(count >= 1 && count <= CCHANI_SEM_MAX_COUNT, where);
-    CCHANI_CHECK_ARG((flags & ~CCHAN_SEM_HOST_MAPPED) == 0, where);
-    cchan_sem_set_t *set = (cchan_sem_set_t *)calloc(1, sizeof *set);
-    if (!set) return cchani_error(-ENOMEM, where, "semaphore set");
-    set->comm = comm;
-    set->count = count;
-    set->flags = flags;
-    int r = cchani_comm_agree(comm, allocate_local(set, flags), where);
+    CCHANI_CHECK_ARG(comm != NULL, where);
+    /* A bad argument on one rank fails every rank at once, naming it (cchani_comm_agree). */
+    int r = 0;
+    if (out == NULL)
+        r = cchani_error(-EINVAL, where, "out is NULL");
+    else if (count < 1 || count > CCHANI_SEM_MAX_COUNT)
+        r = cchani_error(-EINVAL, where, "count %d is out of range [1, %d]", count,
+                         CCHANI_SEM_MAX_COUNT);
+    else if (flags & ~CCHAN_SEM_HOST_MAPPED)
+        r = cchani_error(-EINVAL, where, "flags 0x%x: only CCHAN_SEM_HOST_MAPPED (0x%x) is known",
+                         flags, CCHAN_SEM_HOST_MAPPED);
+    cchan_sem_set_t *set = NULL;
+    if (!r) {
+        set = (cchan_sem_set_t *)calloc(1, sizeof *set);
+        if (!set) r = cchani_error(-ENOMEM, where, "semaphore set");
+    }
+    if (set) {
+        set->comm = comm;
+        set->count = count;
+        set->flags = flags;
+        r = allocate_local(set, flags);
+    }
+    r = cchani_comm_agree(comm, r, where);
     if (!r) r = cchan_mem_exchange(comm, set->inbound, set->areas);
     if (r) {
-        (void)set_free(set);
-        return cchani_error_wrap(r, where, "%d semaphores per peer", count);
+        if (set) (void)set_free(set);
+        return r;
     }
     set->first_id = cchani_comm_reserve_ids(comm, (uint32_t)count);
     cchani_comm_hold(comm);

@@ -31,9 +31,11 @@
 #define PROXY_CACHE_WORDS 8u /* one cache line of uint64_t */
 
 /* Host-mapped counters: the tail alone on the first cache line (producers reread it when the ring
- * looks full), then flush_done[channel]. Device words: head and tail_cache on the first line, then
- * flush_issued[channel]. */
-#define PROXY_COUNTER_WORDS (PROXY_CACHE_WORDS + CCHAN_TRIGGER_MAX_CHANNELS)
+ * looks full), then flush_done[channel], then dropped[channel] (CCHAN_PORT_DROPPED_*). Device
+ * words: head and tail_cache on the first line, then flush_issued[channel], then
+ * dropped_seen[channel]. */
+#define PROXY_COUNTER_WORDS (PROXY_CACHE_WORDS + 2 * CCHAN_TRIGGER_MAX_CHANNELS)
+#define PROXY_DROPPED_WORD(id) (PROXY_CACHE_WORDS + CCHAN_TRIGGER_MAX_CHANNELS + (id))
 
 enum proxy_thread_state { THREAD_STARTING = 0, THREAD_SERVING = 1, THREAD_FAILED = 2 };
 
@@ -61,6 +63,8 @@ struct cchan_proxy {
     uint64_t tail;
     uint32_t active[CCHAN_TRIGGER_MAX_CHANNELS]; /* channels with work in flight */
     uint32_t nactive;
+    /* Written by the serving thread, read by cchan_proxy_get_error any time: under error_lock. */
+    pthread_mutex_t error_lock;
     int error;       /* first failed request's status */
     uint64_t errors; /* failed requests since the last stop */
     char error_msg[PROXY_MSG_BYTES];
@@ -104,19 +108,33 @@ static void proxy_request_failed(cchan_proxy_t *p, const cchani_port_channel_t *
                  ch->ops->name, what);
     else
         snprintf(msg, sizeof msg, "%s", what);
-    if (p->errors++ == 0) {
+    pthread_mutex_lock(&p->error_lock);
+    uint64_t n = ++p->errors;
+    if (n == 1) {
         p->error = status;
         snprintf(p->error_msg, sizeof p->error_msg, "%s", msg);
     }
-    if (p->errors <= PROXY_LOGGED_ERRORS)
+    pthread_mutex_unlock(&p->error_lock);
+    if (n <= PROXY_LOGGED_ERRORS)
         CCHANI_WARN(CCHANI_SUB_PROXY, "proxy %p rank %d: %s (%s)%s", (void *)p, p->comm->rank, msg,
                     cchan_strerror(status),
-                    p->errors == PROXY_LOGGED_ERRORS ? "; further failures are only counted" : "");
+                    n == PROXY_LOGGED_ERRORS ? "; further failures are only counted" : "");
+}
+
+/* A request of `ch` was not performed: the channel's dropped word (host-mapped, read by the
+ * device's next flush) counts it and keeps the latest cause. Stored before any later flush of the
+ * channel completes (same thread, release), so that flush sees it. */
+static void proxy_channel_dropped(cchan_proxy_t *p, cchani_port_channel_t *ch, int status) {
+    uint64_t *word = &p->counters[PROXY_DROPPED_WORD(ch->id)];
+    uint64_t count = (__atomic_load_n(word, __ATOMIC_RELAXED) + 1) & CCHAN_PORT_DROPPED_COUNT_MASK;
+    uint64_t cause = (uint64_t)(status < 0 ? -(int64_t)status : (int64_t)-CCHAN_ERR_INTERNAL);
+    __atomic_store_n(word, (cause << CCHAN_PORT_DROPPED_CAUSE_SHIFT) | count, __ATOMIC_RELEASE);
 }
 
 static void proxy_transport_failed(cchan_proxy_t *p, cchani_port_channel_t *ch, const char *op,
                                    int status) {
     ch->counters.rejected++;
+    proxy_channel_dropped(p, ch, status);
     proxy_request_failed(p, ch, status, "%s failed: %s", op, cchan_last_error());
 }
 
@@ -133,6 +151,7 @@ static int proxy_put(cchan_proxy_t *p, cchani_port_channel_t *ch, const cchan_tr
     if (!range_fits(f->dst_off, f->bytes, ch->dst_bytes) ||
         !range_fits(f->src_off, f->bytes, ch->src_bytes)) {
         ch->counters.rejected++;
+        proxy_channel_dropped(p, ch, CCHAN_ERR_RANGE);
         proxy_request_failed(
             p, ch, CCHAN_ERR_RANGE,
             "put of %llu B from src offset %llu (buffer %llu B) to dst offset %llu "
@@ -385,8 +404,22 @@ static int proxy_report(cchan_proxy_t *p, const char *where, const char *when) {
                           (unsigned long long)p->errors, p->error_msg);
     }
     p->timed_out = 0;
+    pthread_mutex_lock(&p->error_lock);
     p->errors = 0;
     p->error = 0;
+    pthread_mutex_unlock(&p->error_lock);
+    return st;
+}
+
+int cchan_proxy_get_error(cchan_proxy_t *p) {
+    CCHANI_CHECK_ARG(p != NULL, "cchan_proxy_get_error");
+    pthread_mutex_lock(&p->error_lock);
+    int st = 0;
+    if (p->errors)
+        st = cchani_error(p->error, "cchan_proxy_get_error",
+                          "proxy %p: %llu request(s) failed since it started; first: %s", (void *)p,
+                          (unsigned long long)p->errors, p->error_msg);
+    pthread_mutex_unlock(&p->error_lock);
     return st;
 }
 
@@ -431,6 +464,7 @@ static void proxy_free(cchan_proxy_t *p) {
     if (p->counters) cchani_host_mapped_free(p->comm, p->counters);
     if (p->dev_words) cchani_dev_free(p->comm, p->dev_words);
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->error_lock);
     cchani_comm_release(p->comm);
     free(p);
 }
@@ -472,6 +506,7 @@ int cchan_proxy_create(cchan_comm_t *comm, const cchan_proxy_config_t *cfg, ccha
     p->numa_node = c.numa_node;
     p->timing = cchani_log_enabled(CCHANI_LOG_TRACE, CCHANI_SUB_PROXY | CCHANI_SUB_TRANSPORT);
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->error_lock, NULL);
     r = proxy_alloc_fifo(p);
     if (r) {
         proxy_free(p);
@@ -663,6 +698,8 @@ static void port_channel_handle(const cchan_proxy_t *p, const cchani_port_channe
     h.expected = sem->expected; /* the semaphore's own: waits stay consistent across channels */
     h.flush_issued = &p->dev_words[PROXY_CACHE_WORDS + ch->id];
     h.flush_done = &flush_done_dev[ch->id];
+    h.dropped = (const uint64_t *)p->counters_dev + PROXY_DROPPED_WORD(ch->id);
+    h.dropped_seen = &p->dev_words[PROXY_DROPPED_WORD(ch->id)];
     /* Diagnostics name the semaphore: a wait that times out is the common case. */
     h.ctl = cchan_comm_wait_ctl(p->comm, ch->peer, sem->ctl.id);
     /* The dma transport reaches a peer whose buffer is mapped into this GPU, so small puts can skip

@@ -204,6 +204,7 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     acc += cchan_port_channel_signal(&a.pc);
     acc += cchan_port_channel_put_signal(&a.pc, 0, 0, 64);
     acc += cchan_port_channel_flush_wait(&a.pc, 1);
+    acc += cchan_port_channel_check_dropped(&a.pc, 1);
     acc += cchan_port_channel_flush(&a.pc);
     acc += cchan_port_channel_put_signal_flush(&a.pc, 0, 0, 64);
     acc += cchan_port_channel_wait(&a.pc);

@@ -8,44 +8,10 @@
  *   mem_fdpass pidfd  CCHAN_FDPASS=pidfd, blocked everywhere: every rank fails with a clear error,
  *                     and the communicator stays usable
  */
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-
+#include "block_pidfd.h"
 #include "mem_test.h"
 
 #define BYTES (3 * 4096 + 5)
-
-#if defined(__x86_64__)
-#define AUDIT_ARCH_HERE AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define AUDIT_ARCH_HERE AUDIT_ARCH_AARCH64
-#endif
-
-static void block_pidfd_getfd(void) {
-#if defined(AUDIT_ARCH_HERE) && defined(SYS_pidfd_getfd)
-    struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_HERE, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0)
-        return;
-    fprintf(stderr, "SKIP: cannot install a seccomp filter (%s)\n", strerror(errno));
-#else
-    fprintf(stderr, "SKIP: no seccomp filter for this architecture\n");
-#endif
-    exit(77);
-}
 
 static void check_exchange(cchan_comm_t *comm, cchan_mem_t *local) {
     int n = cchan_comm_size(comm), me = cchan_comm_rank(comm);

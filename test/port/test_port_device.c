@@ -18,7 +18,7 @@
 typedef struct fixture {
     cchan_trigger_t slots[SLOTS];
     uint64_t head, tail_cache, tail;
-    uint64_t inbound, expected, flush_issued, flush_done;
+    uint64_t inbound, expected, flush_issued, flush_done, dropped, dropped_seen;
     cchan_diag_t diag;
     cchan_port_channel_t ch;
     uint64_t taken; /* consumer index */
@@ -37,6 +37,11 @@ static int setup(void **state) {
     f->ch.expected = &f->expected;
     f->ch.flush_issued = &f->flush_issued;
     f->ch.flush_done = &f->flush_done;
+    f->ch.dropped = &f->dropped;
+    f->ch.dropped_seen = &f->dropped_seen;
+    /* buffers as large as a trigger can address: the offset limits below are the trigger's */
+    f->ch.dst_bytes = CCHAN_TRIGGER_MAX_OFFSET + 1;
+    f->ch.src_bytes = CCHAN_TRIGGER_MAX_OFFSET + 1;
     f->ch.ctl.diag = &f->diag;
     f->ch.ctl.timeout_ns = 5ull * 1000000; /* a missing completion fails fast */
     f->ch.ctl.rank = 0;
@@ -146,6 +151,46 @@ static void test_flush_counts(void **state) {
     expect_empty(f);
 }
 
+/* A put beyond the channel's buffers fails at the call (nothing pushed), naming the limit. */
+static void test_buffer_limits(void **state) {
+    fixture_t *f = *state;
+    f->ch.dst_bytes = 4096;
+    f->ch.src_bytes = 8192;
+    assert_int_equal(cchan_port_channel_put(&f->ch, 4096 - 16, 0, 16), 0);
+    expect_trigger(f, CCHAN_TRIGGER_PUT, 4096 - 16, 0, 16);
+    assert_int_equal(cchan_port_channel_put(&f->ch, 3ull << 30, 0, 16), CCHAN_ERR_RANGE);
+    assert_int_equal(f->diag.kind, CCHAN_FAIL_RANGE);
+    assert_int_equal(f->diag.expected, 4096);
+    assert_int_equal(f->diag.observed, (3ull << 30) + 16);
+    assert_int_equal(f->diag.status, CCHAN_ERR_RANGE);
+    assert_int_equal(cchan_port_channel_put_signal_flush(&f->ch, 4000, 0, 97), CCHAN_ERR_RANGE);
+    assert_int_equal(cchan_port_channel_put(&f->ch, 0, 8000, 193), CCHAN_ERR_RANGE);
+    assert_int_equal(f->flush_issued, 0); /* a refused put_signal_flush counts no flush */
+    expect_empty(f);
+}
+
+/* A flush fails with the cause when the proxy dropped requests of the channel since the previous
+ * flush, once; the next flush without new drops succeeds. */
+static void test_flush_reports_drops(void **state) {
+    fixture_t *f = *state;
+    f->flush_done = 1;
+    f->dropped = ((uint64_t)-CCHAN_ERR_RANGE << CCHAN_PORT_DROPPED_CAUSE_SHIFT) | 2;
+    assert_int_equal(cchan_port_channel_flush(&f->ch), CCHAN_ERR_RANGE);
+    assert_int_equal(f->diag.kind, CCHAN_FAIL_DROPPED);
+    assert_int_equal(f->diag.expected, 1);
+    assert_int_equal(f->diag.observed, 2);
+    assert_int_equal(f->diag.status, CCHAN_ERR_RANGE);
+    f->flush_done = 2;
+    assert_int_equal(cchan_port_channel_flush(&f->ch), 0);
+    f->flush_done = 3;
+    f->dropped = ((uint64_t)-CCHAN_ERR_PEER << CCHAN_PORT_DROPPED_CAUSE_SHIFT) | 3;
+    assert_int_equal(cchan_port_channel_put_signal_flush(&f->ch, 0, 0, 8), CCHAN_ERR_PEER);
+    expect_trigger(f, CCHAN_TRIGGER_FLUSH, 0, 0, 0);
+    expect_trigger(f, CCHAN_TRIGGER_FLUSH, 0, 0, 0);
+    expect_trigger(f, CCHAN_TRIGGER_PUT | CCHAN_TRIGGER_SIGNAL | CCHAN_TRIGGER_FLUSH, 0, 0, 8);
+    expect_empty(f);
+}
+
 /* wait/poll consume signals from the inbound counter and push no trigger. */
 static void test_wait_and_poll(void **state) {
     fixture_t *f = *state;
@@ -169,6 +214,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_large_put_splits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offset_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_buffer_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush_reports_drops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_and_poll, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -192,6 +192,11 @@ int cchani_gpu_vmm_granularity(int device, size_t *out) {
     return 0;
 }
 
+int cchani_gpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    HIP_CALL(hipMemGetInfo, free_bytes, total_bytes);
+    return 0;
+}
+
 int cchani_gpu_vmm_create(int device, size_t bytes, uint64_t *handle) {
     hipMemAllocationProp prop = vmm_prop(device);
     hipMemGenericAllocationHandle_t h;
