@@ -384,5 +384,6 @@ int cb_mps_client(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
     struct stat st;
-    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+    /* A socket for the daemon that nvidia-cuda-mps-control -d starts, a FIFO for older ones. */
+    return stat(path, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
 }

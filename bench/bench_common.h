@@ -120,7 +120,7 @@ void cb_stats(double *v, int n, cb_stats_t *out);
 int cb_sweep(const cb_opts_t *o, uint64_t lo, uint64_t hi, double f, uint64_t clip_lo,
              uint64_t clip_hi, uint64_t *out);
 int cb_opt_int(int value, int dflt);
-/* 1 if this process is an MPS client (the control daemon's pipe exists under
+/* 1 if this process is an MPS client (the control daemon's pipe or socket exists under
  * CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps); CCHAN_BENCH_MPS=0/1 overrides. Ranks that
  * share a GPU run their kernels at the same time only then. */
 int cb_mps_client(void);

@@ -734,7 +734,8 @@ static inline int gt_detect_mps(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
     struct stat st;
-    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+    /* A socket for the daemon that nvidia-cuda-mps-control -d starts, a FIFO for older ones. */
+    return stat(path, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
 }
 
 /* Skips (77) without a GPU; bootstraps from the launcher's environment; checks there are 2 to
