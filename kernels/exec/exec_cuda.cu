@@ -1,0 +1,109 @@
+/* cchan_exec on CUDA: the interpreter kernel, its launch, and the device memory helpers. A failed
+ * device wait traps (wait.h), so the blocks' return values carry nothing here. */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdint.h>
+
+#include "exec_internal.h"
+
+#define EXEC_KERNEL_THREADS 512
+
+__global__ void __launch_bounds__(EXEC_KERNEL_THREADS) exec_kernel(const __grid_constant__ exec_kargs_t a) {
+    extern __shared__ __align__(16) uint8_t exec_smem[];
+    (void)exec_block_run(&a, blockIdx.x, threadIdx.x, blockDim.x, a.use_smem ? exec_smem : NULL);
+}
+
+static int cuda_err(cudaError_t e, const char *what) {
+    return execi_error(CCHAN_ERR_CUDA, "cchan_exec", "%s: %s (%s)", what, cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+}
+
+static int set_device(int device) {
+    cudaError_t e = cudaSetDevice(device);
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaSetDevice");
+}
+
+int execi_cuda_alloc(int device, size_t bytes, void **out) {
+    int st = set_device(device);
+    if (st) return st;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) return cuda_err(e, "cudaMalloc");
+    e = cudaMemset(p, 0, bytes);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return cuda_err(e, "cudaMemset");
+    }
+    *out = p;
+    return 0;
+}
+
+int execi_cuda_free(int device, void *ptr) {
+    int st = set_device(device);
+    if (st) return st;
+    cudaError_t e = cudaFree(ptr);
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaFree");
+}
+
+int execi_cuda_upload(int device, void *dst, const void *src, size_t bytes) {
+    int st = set_device(device);
+    if (st) return st;
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaMemcpy (host to device)");
+}
+
+int execi_cuda_sync(int device) {
+    int st = set_device(device);
+    if (st) return st;
+    cudaError_t e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaDeviceSynchronize");
+}
+
+int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
+                       int cooperative) {
+    int st = set_device(device);
+    if (st) return st;
+    if (smem > 48u * 1024u) {
+        cudaError_t e = cudaFuncSetAttribute(exec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute(shared memory)");
+    }
+    /* Blocks that wait on other blocks of the grid (the plan's semaphores) must all be resident
+     * at once: cross-rank waits alone are satisfied by the peers' blocks, whatever the order. */
+    if (!cooperative) return 0;
+    int coop = 0, sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (!coop)
+        return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
+                           "the plan's blocks wait on one another (semaphores between blocks), "
+                           "which needs a cooperative launch, and device %d does not support it",
+                           device);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, exec_kernel,
+                                                                  (int)nthreads, smem);
+    if (e != cudaSuccess) return cuda_err(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if ((long long)per_sm * sms < (long long)nblocks)
+        return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
+                           "the plan's %u blocks wait on one another and must all be resident, "
+                           "but device %d holds %d blocks of %u threads at once (%d SMs x %d)",
+                           nblocks, device, per_sm * sms, nthreads, sms, per_sm);
+    return 0;
+}
+
+int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
+                      uint32_t smem, int cooperative, void *stream) {
+    int st = set_device(device);
+    if (st) return st;
+    cudaError_t e;
+    if (cooperative) {
+        exec_kargs_t args = *a;
+        void *params[] = {&args};
+        e = cudaLaunchCooperativeKernel((const void *)exec_kernel, dim3(nblocks), dim3(nthreads),
+                                        params, smem, (cudaStream_t)stream);
+        if (e != cudaSuccess) return cuda_err(e, "cudaLaunchCooperativeKernel");
+        return 0;
+    }
+    exec_kernel<<<nblocks, nthreads, smem, (cudaStream_t)stream>>>(*a);
+    e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : cuda_err(e, "interpreter kernel launch");
+}
