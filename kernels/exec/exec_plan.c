@@ -3,7 +3,9 @@
  * Every rule that can be checked without running the plan is checked here, so that the
  * interpreter can trust its lists (indices in range, one writer of every semaphore end): a plan
  * that passes cannot make the interpreter read or write outside the buffers it was given. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
