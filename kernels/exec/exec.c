@@ -567,7 +567,7 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
             cchan_mem_t *src = sb == EXEC_BUF_SCRATCH ? e->scratch : reg[sb]->local;
             cchan_mem_t *dst = db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer]
                                                       : reg[db]->peers[cd->peer];
-            const exec_sub_t *u;
+            const exec_sub_t *u = NULL;
             if ((st = sub_get(e, k, (uint32_t)pr, src, dst, &u))) break;
             ports[np] = u->port;
             c->port[pr] = (int16_t)np++;
