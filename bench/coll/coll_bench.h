@@ -13,6 +13,7 @@
 
 #include "cchan/cchan.h"
 #include "cchan_coll.h"
+#include "cchan_exec.h"
 #include "cchan_fused.h"
 #include "nccl_dyn.h"
 
@@ -54,6 +55,7 @@ typedef struct ccb_opts {
     char sweep_name[32]; /* --sweep NAME=V1,V2,...: every cchan row once per value */
     int64_t sweep[CCB_MAX_LIST];
     int nsweep;
+    const char *plan; /* --plan FILE: the plan against the native kernel (-a) and NCCL */
 } ccb_opts_t;
 
 /* One cchan figure: median time per operation and what the check found. */
