@@ -13,6 +13,7 @@
 #define EXEC_SCRATCH_MIN 4096
 #define EXEC_THREADS_GPU 512
 #define EXEC_SMEM_MAX (48u * 1024u)
+#define EXEC_PDL_MAX_BYTES (2ull << 20)
 /* Port sub-channels (one per plan channel, buffer pair and registration) each need a semaphore of
  * their own on this proxy, though they never signal: indices of a set made for them. */
 #define EXEC_DATA_SEMS 256
@@ -52,6 +53,7 @@ struct cchan_exec {
     uint8_t *prog_dev;
     uint32_t ops_off, refs_off;
     uint32_t nthreads, smem;
+    int pdl;
     cchan_sem_set_t *mem_sems, *port_sems, *bar_sems, *data_sems;
     exec_sub_t *subs;
     int *data_next; /* per peer: the next free index of data_sems */
@@ -270,6 +272,10 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     e->ctl = cchan_comm_wait_ctl(comm, -1, 0xE8ECu);
     int gpu = platform == CCHAN_PLATFORM_CUDA;
     e->nthreads = gpu ? EXEC_THREADS_GPU : 1u;
+    {
+        const char *v = getenv("CCHAN_EXEC_PDL");
+        e->pdl = !(v && v[0] == '0');
+    }
     const exec_rank_desc_t *me = e->me;
     int st;
 
@@ -726,6 +732,8 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     a.scratch_half = p->ll_double_buffer ? e->scratch_bytes / 2 : 0;
     a.use_smem = e->smem != 0;
     if (e->platform == CCHAN_PLATFORM_HOST) return run_host(e, &a, p->nblocks);
-    return execi_cuda_launch(e->device, &a, p->nblocks, e->nthreads, e->smem, p->cross_block,
+    /* programmatic dependent launch up to 2 MiB, as cchan_coll does (CCHAN_EXEC_PDL=0: off) */
+    int pdl = e->pdl && in_bytes <= EXEC_PDL_MAX_BYTES;
+    return execi_cuda_launch(e->device, &a, p->nblocks, e->nthreads, e->smem, p->cross_block, pdl,
                              stream);
 }

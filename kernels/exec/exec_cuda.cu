@@ -8,8 +8,20 @@
 
 #define EXEC_KERNEL_THREADS 512
 
+/* Programmatic dependent launch (sm_90; a no-op elsewhere and when launched without the
+ * attribute): the stream's next kernel may begin launching now, and this one waits for the
+ * previous kernel's completion and memory before touching anything, as cchan_coll's kernels do,
+ * so back-to-back runs overlap launch latency with the previous kernel's tail. */
+__device__ static inline void exec_pdl_enter(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __global__ void __launch_bounds__(EXEC_KERNEL_THREADS) exec_kernel(const __grid_constant__ exec_kargs_t a) {
     extern __shared__ __align__(16) uint8_t exec_smem[];
+    exec_pdl_enter();
     (void)exec_block_run(&a, blockIdx.x, threadIdx.x, blockDim.x, a.use_smem ? exec_smem : NULL);
 }
 
@@ -91,10 +103,27 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
 }
 
 int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
-                      uint32_t smem, int cooperative, void *stream) {
+                      uint32_t smem, int cooperative, int pdl, void *stream) {
     int st = set_device(device);
     if (st) return st;
     cudaError_t e;
+    int major = 0;
+    if (pdl && !cooperative &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        major >= 9) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3(nblocks);
+        cfg.blockDim = dim3(nthreads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = (cudaStream_t)stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, exec_kernel, *a);
+        return e == cudaSuccess ? 0 : cuda_err(e, "interpreter kernel launch (programmatic)");
+    }
     if (cooperative) {
         exec_kargs_t args = *a;
         void *params[] = {&args};

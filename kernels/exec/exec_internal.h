@@ -68,7 +68,7 @@ int execi_cuda_sync(int device);
 int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
                        int cooperative);
 int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
-                      uint32_t smem, int cooperative, void *stream);
+                      uint32_t smem, int cooperative, int pdl, void *stream);
 
 #ifdef __cplusplus
 }

@@ -27,8 +27,8 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
     return exec_no_cuda();
 }
 int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
-                      uint32_t smem, int cooperative, void *stream) {
-    (void)device, (void)a, (void)nblocks, (void)nthreads, (void)smem, (void)cooperative;
+                      uint32_t smem, int cooperative, int pdl, void *stream) {
+    (void)device, (void)a, (void)nblocks, (void)nthreads, (void)smem, (void)cooperative, (void)pdl;
     (void)stream;
     return exec_no_cuda();
 }
