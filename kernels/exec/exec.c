@@ -321,6 +321,9 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
             st = rt_err(st, where, "cchan_sem_set_create(port data channels)");
             goto fail;
         }
+    }
+    /* barriers: one semaphore to every peer (mapped memory: ranks of one host) */
+    if (nranks > 1 && plan->uses_barrier) {
         if ((st = cchan_sem_set_create(comm, 1, 0, &e->bar_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(barrier)");
             goto fail;

@@ -44,7 +44,7 @@ struct cchan_exec_plan {
     uint32_t scratch_factor;
     int ll_double_buffer;
     uint32_t nblocks; /* the most over all ranks */
-    int uses_port, cross_block, uses_packets;
+    int uses_port, cross_block, uses_packets, uses_barrier;
     unsigned need_reg; /* 1 << exec_buf: input/output some peer reaches (registration needed) */
     uint32_t mem_sems, port_sems; /* semaphore indices per peer: max channel index + 1 */
     exec_rank_desc_t *ranks;

@@ -797,6 +797,7 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
             if (o == EXEC_OP_PUT_PACKETS || o == EXEC_OP_READ_PACKETS ||
                 o == EXEC_OP_REDUCE_PACKETS)
                 p->uses_packets = 1;
+            if (o == EXEC_OP_BARRIER) p->uses_barrier = 1;
         }
     }
     c->path[0] = 0;

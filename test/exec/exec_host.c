@@ -5,7 +5,7 @@
  * contribution shows). Outputs carry guard bytes after them that must stay untouched. Sizes the
  * plan does not run (not a multiple of its granularity) must be refused with -EINVAL.
  *
- *   cchan-run -n N exec_host PLAN_DIR [max_bytes [runs [loop_bytes]]]
+ *   cchan-run -n N exec_host PLAN_DIR|PLAN.json [max_bytes [runs [loop_bytes]]]
  *
  * loop_bytes: also run plans with loops at a size (up to loop_bytes of input) that takes every
  * loop through three iterations.
@@ -233,14 +233,27 @@ int main(int argc, char **argv) {
 
     char suffix[32];
     snprintf(suffix, sizeof suffix, ".n%d.json", g_nranks);
+    char *names[512];
+    int nn = 0;
+    size_t dl = strlen(dir);
+    if (dl > 5 && strcmp(dir + dl - 5, ".json") == 0) {
+        /* one plan file */
+        const char *slash = strrchr(dir, '/');
+        static char parent[4096];
+        size_t pl = slash ? (size_t)(slash - dir) : 1;
+        if (pl >= sizeof parent) pl = sizeof parent - 1;
+        memcpy(parent, slash ? dir : ".", pl);
+        parent[pl] = 0;
+        names[nn++] = strdup(slash ? slash + 1 : dir);
+        dir = parent;
+        goto have_names;
+    }
     DIR *d = opendir(dir);
     if (!d) {
         if (g_rank == 0) printf("SKIP: plan directory %s: %s\n", dir, strerror(errno));
         cchan_comm_destroy(comm);
         return 77;
     }
-    char *names[512];
-    int nn = 0;
     struct dirent *de;
     while ((de = readdir(d)) && nn < 512) {
         size_t l = strlen(de->d_name), sl = strlen(suffix);
@@ -248,6 +261,7 @@ int main(int argc, char **argv) {
     }
     closedir(d);
     qsort(names, (size_t)nn, sizeof names[0], cmp_str);
+have_names:
     if (nn == 0) {
         if (g_rank == 0) printf("SKIP: no *%s plan in %s\n", suffix, dir);
         cchan_comm_destroy(comm);
@@ -265,7 +279,7 @@ int main(int argc, char **argv) {
 
     int ran = 0;
     for (int i = 0; i < nn; i++) {
-        char path[4096];
+        char path[8192];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         test_plan(comm, path, &b, max_bytes, loop_bytes, runs, &ran);
         free(names[i]);
