@@ -130,6 +130,35 @@ CCHAN_DEVICE_INLINE uint32_t exec_add_w32(uint32_t a, uint32_t b, int dt) {
     return exec_pack_w32(al + bl, ah + bh, dt);
 }
 
+/* 16-byte vector load/store of plain data; p 16-byte aligned. */
+CCHAN_DEVICE_INLINE void exec_load16(const uint8_t *p, uint32_t *w) {
+#if defined(CCHAN_BACKEND_CUDA) || defined(CCHAN_BACKEND_HIP)
+    uint4 v = *(const uint4 *)(const void *)p;
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+#else
+    const cchan_vec16_t *v = (const cchan_vec16_t *)(const void *)p;
+    for (int j = 0; j < 4; j++) w[j] = v->w[j];
+#endif
+}
+CCHAN_DEVICE_INLINE void exec_store16(uint8_t *p, const uint32_t *w) {
+#if defined(CCHAN_BACKEND_CUDA) || defined(CCHAN_BACKEND_HIP)
+    uint4 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    *(uint4 *)(void *)p = v;
+#else
+    cchan_vec16_t *v = (cchan_vec16_t *)(void *)p;
+    for (int j = 0; j < 4; j++) v->w[j] = w[j];
+#endif
+}
+
+#define EXEC_UNROLL 4 /* two-source reductions: vectors per thread in flight */
+
 /* dst[0..bytes) = sum of srcs, element-wise; bytes a multiple of 16. Each sum runs in f32 over
  * every source and rounds once. dst may be one of the srcs. dst2 (may be NULL) receives the same
  * sum from the same registers. */
@@ -139,25 +168,31 @@ CCHAN_DEVICE_INLINE void exec_reduce_dt(uint8_t *dst, uint8_t *dst2, const uint8
     int aligned = ((((uintptr_t)dst) | ((uintptr_t)dst2)) & 15) == 0;
     for (int k = 0; k < nsrc; k++) aligned &= (((uintptr_t)src[k]) & 15) == 0;
     if (aligned) {
-        uint64_t n = bytes / 16;
-        for (uint64_t i = tid; i < n; i += nthreads) {
-            float lo[4], hi[4];
-            {
-                cchan_raw16_t v = ((const cchan_raw16_t *)(const void *)src[0])[i];
-#if defined(CCHAN_BACKEND_CUDA) || defined(CCHAN_BACKEND_HIP)
-                uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#else
-                uint32_t w[4] = {v.w[0], v.w[1], v.w[2], v.w[3]};
-#endif
-                for (int j = 0; j < 4; j++) exec_unpack_w32(w[j], dt, &lo[j], &hi[j]);
+        uint64_t n = bytes / 16, i = tid;
+        if (nsrc == 2) {
+            /* every load issued before the first sum: EXEC_UNROLL reads in flight per thread
+             * (peer reads over NVLink), as cchan_coll's reduction does */
+            for (; i + (EXEC_UNROLL - 1) * (uint64_t)nthreads < n;
+                 i += EXEC_UNROLL * (uint64_t)nthreads) {
+                uint32_t w0[EXEC_UNROLL][4], w1[EXEC_UNROLL][4];
+                for (int u = 0; u < EXEC_UNROLL; u++) {
+                    exec_load16(src[0] + (i + (uint64_t)u * nthreads) * 16, w0[u]);
+                    exec_load16(src[1] + (i + (uint64_t)u * nthreads) * 16, w1[u]);
+                }
+                for (int u = 0; u < EXEC_UNROLL; u++) {
+                    for (int j = 0; j < 4; j++) w0[u][j] = exec_add_w32(w0[u][j], w1[u][j], dt);
+                    exec_store16(dst + (i + (uint64_t)u * nthreads) * 16, w0[u]);
+                    if (dst2) exec_store16(dst2 + (i + (uint64_t)u * nthreads) * 16, w0[u]);
+                }
             }
+        }
+        for (; i < n; i += nthreads) {
+            float lo[4], hi[4];
+            uint32_t w[4];
+            exec_load16(src[0] + i * 16, w);
+            for (int j = 0; j < 4; j++) exec_unpack_w32(w[j], dt, &lo[j], &hi[j]);
             for (int k = 1; k < nsrc; k++) {
-                cchan_raw16_t v = ((const cchan_raw16_t *)(const void *)src[k])[i];
-#if defined(CCHAN_BACKEND_CUDA) || defined(CCHAN_BACKEND_HIP)
-                uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#else
-                uint32_t w[4] = {v.w[0], v.w[1], v.w[2], v.w[3]};
-#endif
+                exec_load16(src[k] + i * 16, w);
                 for (int j = 0; j < 4; j++) {
                     float l, h;
                     exec_unpack_w32(w[j], dt, &l, &h);
@@ -165,17 +200,9 @@ CCHAN_DEVICE_INLINE void exec_reduce_dt(uint8_t *dst, uint8_t *dst2, const uint8
                     hi[j] += h;
                 }
             }
-            cchan_raw16_t o;
-#if defined(CCHAN_BACKEND_CUDA) || defined(CCHAN_BACKEND_HIP)
-            o.x = exec_pack_w32(lo[0], hi[0], dt);
-            o.y = exec_pack_w32(lo[1], hi[1], dt);
-            o.z = exec_pack_w32(lo[2], hi[2], dt);
-            o.w = exec_pack_w32(lo[3], hi[3], dt);
-#else
-            for (int j = 0; j < 4; j++) o.w[j] = exec_pack_w32(lo[j], hi[j], dt);
-#endif
-            ((cchan_raw16_t *)(void *)dst)[i] = o;
-            if (dst2) ((cchan_raw16_t *)(void *)dst2)[i] = o;
+            for (int j = 0; j < 4; j++) w[j] = exec_pack_w32(lo[j], hi[j], dt);
+            exec_store16(dst + i * 16, w);
+            if (dst2) exec_store16(dst2 + i * 16, w);
         }
         return;
     }
