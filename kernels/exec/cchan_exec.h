@@ -102,6 +102,11 @@ int cchan_exec_deregister(cchan_exec_t *exec, void *ptr);
 int cchan_exec_run(cchan_exec_t *exec, const void *send, void *recv, size_t count,
                    cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream);
 
+/* The checks of cchan_exec_run without running anything: 0 when the call would be accepted
+ * (sizes, placement, registration), else the error it would return (for selectors). */
+int cchan_exec_check(const cchan_exec_t *exec, const void *send, const void *recv, size_t count,
+                     cchan_exec_dtype_t dtype);
+
 const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *exec);
 size_t cchan_exec_dtype_size(cchan_exec_dtype_t dtype);
 

@@ -54,6 +54,7 @@ struct cchan_exec {
     uint32_t ops_off, refs_off;
     uint32_t nthreads, smem;
     int pdl;
+    int uses_input; /* some op of this rank, or of a peer through a channel, reads our input */
     cchan_sem_set_t *mem_sems, *port_sems, *bar_sems, *data_sems;
     exec_sub_t *subs;
     int *data_next; /* per peer: the next free index of data_sems */
@@ -270,6 +271,15 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     e->platform = platform;
     e->device = cchan_comm_device(comm);
     e->ctl = cchan_comm_wait_ctl(comm, -1, 0xE8ECu);
+    for (int r = 0; r < nranks && !e->uses_input; r++) {
+        const exec_rank_desc_t *rk = &plan->ranks[r];
+        for (uint32_t i = 0; i < rk->nrefs && !e->uses_input; i++) {
+            const exec_ref_t *f = &rk->refs[i];
+            if (f->buf != EXEC_BUF_INPUT) continue;
+            if ((r == rank && f->ch < 0) || (f->ch >= 0 && rk->ch[f->ch].peer == rank))
+                e->uses_input = 1;
+        }
+    }
     int gpu = platform == CCHAN_PLATFORM_CUDA;
     e->nthreads = gpu ? EXEC_THREADS_GPU : 1u;
     {
@@ -664,17 +674,16 @@ static int run_host(cchan_exec_t *e, const exec_kargs_t *a, uint32_t nblocks) {
     return 0;
 }
 
-int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
-                   cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream) {
-    static const char *where = "cchan_exec_run";
-    execi_clear_error();
+/* The call's checks, without side effects: 0 and the sizes, or the error. */
+static int run_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
+                     cchan_exec_dtype_t dtype, cchan_exec_redop_t op, uint64_t *in_out,
+                     uint64_t *out_out, const char *where) {
     if (!e) return execi_error(-EINVAL, where, "exec is NULL");
     const cchan_exec_plan_t *p = e->plan;
     size_t es = cchan_exec_dtype_size(dtype);
     if (!es) return execi_error(-EINVAL, where, "dtype %d: want CCHAN_EXEC_F32, F16 or BF16", (int)dtype);
     if (op != CCHAN_EXEC_SUM) return execi_error(-EINVAL, where, "op %d: want CCHAN_EXEC_SUM", (int)op);
     if (!send || !recv) return execi_error(-EINVAL, where, "send and recv must not be NULL");
-    if (count == 0) return 0;
     if (count > UINT64_MAX / es) return execi_error(-EINVAL, where, "count %zu overflows", count);
     uint64_t in_bytes = (uint64_t)count * es;
     if (in_bytes % p->granularity)
@@ -695,13 +704,47 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
                                p->name, "the input's place in recv",
                                p->collective == CCHAN_EXEC_ALLGATHER ? " + rank * in_bytes" : "",
                                send, recv);
-    } else if (s < r + out_bytes && r < s + in_bytes) {
+    } else if (e->uses_input && s < r + out_bytes && r < s + in_bytes) {
+        /* (a rank whose input nothing reads, a broadcast's non-root, may pass any send) */
         return execi_error(-EINVAL, where,
                            "plan \"%s\" is out of place: send [%p, +%llu) and recv [%p, +%llu) "
                            "overlap (load an in-place plan)",
                            p->name, send, (unsigned long long)in_bytes, recv,
                            (unsigned long long)out_bytes);
     }
+    for (int b = 0; b < 2; b++) {
+        if (!(p->need_reg & (1u << b)) || (b == EXEC_BUF_INPUT && p->inplace)) continue;
+        const void *ptr = b ? recv : send;
+        uint64_t len = b ? out_bytes : in_bytes;
+        if (!reg_find(e, ptr, len))
+            return execi_error(-EINVAL, where,
+                               "plan \"%s\" reaches the peers' %s: register the %s buffer (%p, "
+                               "%llu bytes) with cchan_exec_register on every rank",
+                               p->name, buf_names[b], b ? "recv" : "send", ptr,
+                               (unsigned long long)len);
+    }
+    *in_out = in_bytes;
+    *out_out = out_bytes;
+    return 0;
+}
+
+int cchan_exec_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
+                     cchan_exec_dtype_t dtype) {
+    execi_clear_error();
+    uint64_t ib, ob;
+    return run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, "cchan_exec_check");
+}
+
+int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
+                   cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream) {
+    static const char *where = "cchan_exec_run";
+    execi_clear_error();
+    if (e && count == 0) return 0;
+    uint64_t in_bytes, out_bytes;
+    int cst = run_check(e, send, recv, count, dtype, op, &in_bytes, &out_bytes, where);
+    if (cst) return cst;
+    const cchan_exec_plan_t *p = e->plan;
+    uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];
     int st = scratch_grow(e, in_bytes);
     if (st) return st;
     exec_binding_t *bd = e->bindings;
