@@ -134,7 +134,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 4: set(&s, arg & 1 ? json_true() : json_null()); break;
         case 5:
             if (json_is_integer(s.value))
-                set(&s, json_integer(json_integer_value(s.value) + (arg % 5) - 2));
+                set(&s, json_integer((json_int_t)((uint64_t)json_integer_value(s.value) +
+                                                  (uint64_t)(arg % 5) - 2u)));
             break;
         case 6: set(&s, json_array()); break;
         default: set(&s, json_object()); break;
