@@ -797,18 +797,18 @@ static int launch_plan(void *p, void *stream) {
     return st;
 }
 
-static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, void *sendbuf,
-                       void *recvbuf, size_t bufbytes) {
+static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
+                       void *sendbuf, void *recvbuf, size_t bufbytes) {
     const ccb_opts_t *o = &ctx->opt;
     const int n = ctx->nranks;
     cchan_exec_plan_t *plan;
-    int st = cchan_exec_plan_load_file(o->plan, &plan);
-    if (st < 0) ccb_die(ctx, "--plan %s: %s", o->plan, cchan_exec_last_error());
+    int st = cchan_exec_plan_load_file(file, &plan);
+    if (st < 0) ccb_die(ctx, "--plan %s: %s", file, cchan_exec_last_error());
     cchan_exec_plan_info_t in;
     cchan_exec_plan_info(plan, &in);
     cchan_exec_t *ex;
     st = cchan_exec_create(ctx->comm, plan, &ex);
-    if (st < 0) ccb_die(ctx, "cchan_exec_create(%s): %s", o->plan, cchan_exec_last_error());
+    if (st < 0) ccb_die(ctx, "cchan_exec_create(%s): %s", file, cchan_exec_last_error());
     ccb_check_status(ctx, cchan_exec_register(ex, sendbuf, bufbytes), "cchan_exec_register");
     ccb_check_status(ctx, cchan_exec_register(ex, recvbuf, bufbytes), "cchan_exec_register");
     unsigned op = in.collective == CCHAN_EXEC_ALLREDUCE       ? CCB_OP_ALLREDUCE
@@ -947,7 +947,7 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
     }
 
     unsigned colls = o->ops & (CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER);
-    if (colls || o->plan) {
+    if (colls || o->nplans) {
         /* A whole number of 2 MiB: cudaMalloc maps a size that is not one with small pages,
          * and copy-engine copies between two GPUs that both send then slow down (docs/tuning.md,
          * "2 MiB pages"). nccl-tests' buffers (a power of two) and PyTorch's cached blocks (2 MiB
@@ -968,9 +968,10 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
                 ctx->have_nccl_sym = 0;
             }
         }
-        if (o->plan) bench_plan(ctx, dev, coll, sendbuf, recvbuf, bytes);
+        for (int i = 0; i < o->nplans; i++)
+            bench_plan(ctx, dev, coll, o->plans[i], sendbuf, recvbuf, bytes);
         for (unsigned op = CCB_OP_ALLREDUCE; op <= CCB_OP_REDUCESCATTER; op <<= 1) {
-            if (o->plan || !(o->ops & op)) continue;
+            if (o->nplans || !(o->ops & op)) continue;
             for (int d = 0; d < o->ndtypes; d++)
                 bench_coll(ctx, dev, coll, op, o->dtypes[d], sendbuf, recvbuf, sym);
         }

@@ -164,7 +164,9 @@ static void usage(FILE *f) {
             "      --host               the host platform (CPU threads) even where GPUs exist\n"
             "      --plan FILE          an execution plan (cchan_exec) against the native kernel of "
             "-a and NCCL,\n"
-            "                           size by size in one run (the plan's collective; -o ignored)\n"
+            "                           size by size (the plan's collective; -o ignored); repeat "
+            "it to measure\n"
+            "                           several plans in one run\n"
             "  -J, --json FILE          write every row as JSON\n"
             "  -h, --help\n"
             "NCCL is loaded at run time (CCHAN_NCCL_LIB, else libnccl.so.2); NCCL_NVLS_ENABLE is "
@@ -344,7 +346,14 @@ static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
             bad = parse_param(optarg, o->sweep_name, o->sweep, CCB_MAX_LIST, &o->nsweep) != 0;
             break;
         case OPT_HOST: o->force_host = 1; break;
-        case OPT_PLAN: o->plan = optarg; break;
+        case OPT_PLAN:
+            if (o->nplans == CCB_MAX_LIST) {
+                fprintf(stderr, "cchan-coll-bench: at most %d --plan\n", CCB_MAX_LIST);
+                bad = 1;
+            } else {
+                o->plans[o->nplans++] = optarg;
+            }
+            break;
         case 'J': o->json = optarg; break;
         case 'h': usage(stdout); return 0;
         default: bad = 1; break;
