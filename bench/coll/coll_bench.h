@@ -13,7 +13,9 @@
 
 #include "cchan/cchan.h"
 #include "cchan_coll.h"
+#ifdef CCB_HAVE_EXEC
 #include "cchan_exec.h"
+#endif
 #include "cchan_fused.h"
 #include "nccl_dyn.h"
 

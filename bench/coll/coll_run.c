@@ -776,6 +776,7 @@ static void bench_fused(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll) {
                     "ran, else cchan + kernel): below 1 the fused kernel wins\n");
 }
 
+#ifdef CCB_HAVE_EXEC
 /* ---------------------------------------------------------------- --plan: an execution plan
  * The plan (cchan_exec), the native cchan_coll kernel of -a (auto by default) and NCCL, each size
  * side by side in one run, on the same registered buffers; the plan's output is checked against
@@ -904,6 +905,14 @@ static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const
     ccb_check_status(ctx, cchan_exec_destroy(ex), "cchan_exec_destroy");
     cchan_exec_plan_free(plan);
 }
+
+#else
+static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
+                       void *sendbuf, void *recvbuf, size_t bufbytes) {
+    (void)dev, (void)coll, (void)sendbuf, (void)recvbuf, (void)bufbytes;
+    ccb_die(ctx, "--plan %s: this build has no cchan_exec (jansson was missing)", file);
+}
+#endif
 
 /* ---------------------------------------------------------------- entry */
 
