@@ -823,9 +823,10 @@ static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const
         int dtype = o->dtypes[d];
         size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype);
         ccb_printf(ctx,
-                   "#\n# plan %s (%s, %d blocks%s) against cchan_coll %s%s and NCCL, %s, %d ranks; "
-                   "times in us\n",
+                   "#\n# plan %s (%s, %d blocks x %d instances%s) against cchan_coll %s%s and NCCL, "
+                   "%s, %d ranks; times in us\n",
                    in.name, cchan_exec_collective_name(in.collective), (int)in.nblocks,
+                   cchan_exec_instances(ex),
                    in.inplace ? ", in place" : "", op ? cchan_coll_algo_name(algo) : "(none)",
                    op ? "" : " (no native kernel for this collective)", dtype_name(dtype), n);
         ccb_printf(ctx, "# %12s %12s %6s %10s %10s %10s %11s %11s\n", "size", "in_bytes", "check",

@@ -80,10 +80,28 @@ int cchan_exec_plan_info(const cchan_exec_plan_t *plan, cchan_exec_plan_info_t *
 int cchan_exec_plan_fits(const cchan_exec_plan_t *plan, uint64_t in_bytes);
 const char *cchan_exec_collective_name(cchan_exec_collective_t c);
 
+#define CCHAN_EXEC_CONFIG_MAGIC 0x63637831u /* "ccx1" */
+typedef struct cchan_exec_config {
+    size_t size;
+    uint32_t magic;
+    uint32_t version;
+    /* Instances: the plan runs this many times side by side, each on its own part of every chunk
+     * (a multiple of the plan's align) with its own channels' semaphores and blocks, for more
+     * thread blocks than the plan has (every plan operation maps a chunk's byte x to byte x of
+     * other chunks, so the parts are independent). 0: CCHAN_EXEC_INSTANCES, else 1; at most 64.
+     * Every rank passes the same value. */
+    uint32_t instances;
+} cchan_exec_config_t;
+#define CCHAN_EXEC_CONFIG_INIT                                                                     \
+    { sizeof(cchan_exec_config_t), CCHAN_EXEC_CONFIG_MAGIC, CCHAN_VERSION_CODE, 0 }
+
 /* Collective over comm's ranks: checks the plan against the communicator (nranks, this rank),
  * builds the semaphores, channels, scratch and the device copy of the operation lists. The plan
  * must outlive the executor. */
 int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_exec_t **out);
+/* With a config (NULL: defaults, as cchan_exec_create). */
+int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                         const cchan_exec_config_t *cfg, cchan_exec_t **out);
 /* Collective: waits for every rank, then releases everything. */
 int cchan_exec_destroy(cchan_exec_t *exec);
 
@@ -108,6 +126,8 @@ int cchan_exec_check(const cchan_exec_t *exec, const void *send, const void *rec
                      cchan_exec_dtype_t dtype);
 
 const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *exec);
+/* Instances the executor runs (cchan_exec_config_t). */
+int cchan_exec_instances(const cchan_exec_t *exec);
 size_t cchan_exec_dtype_size(cchan_exec_dtype_t dtype);
 
 /* The calling thread's last cchan_exec error with its context; "" if none. */

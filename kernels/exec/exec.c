@@ -14,6 +14,7 @@
 #define EXEC_THREADS_GPU 512
 #define EXEC_SMEM_MAX (48u * 1024u)
 #define EXEC_PDL_MAX_BYTES (2ull << 20)
+#define EXEC_HOST_THREADS_MAX 256
 /* Port sub-channels (one per plan channel, buffer pair and registration) each need a semaphore of
  * their own on this proxy, though they never signal: indices of a set made for them. */
 #define EXEC_DATA_SEMS 256
@@ -27,7 +28,7 @@ typedef struct exec_reg {
 } exec_reg_t;
 
 typedef struct exec_sub {
-    uint32_t ch, pair;
+    uint32_t ch, inst, pair;
     const cchan_mem_t *src, *dst;
     cchan_port_channel_t port;
     struct exec_sub *next;
@@ -54,6 +55,8 @@ struct cchan_exec {
     uint32_t ops_off, refs_off;
     uint32_t nthreads, smem;
     int pdl;
+    uint32_t ninst, grid; /* instances; grid blocks = the plan's blocks x instances */
+    uint32_t lsem_stride; /* rank-local semaphore words per instance */
     int uses_input; /* some op of this rank, or of a peer through a channel, reads our input */
     cchan_sem_set_t *mem_sems, *port_sems, *bar_sems, *data_sems;
     exec_sub_t *subs;
@@ -82,6 +85,7 @@ size_t cchan_exec_dtype_size(cchan_exec_dtype_t dt) {
 }
 
 const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *e) { return e ? e->plan : NULL; }
+int cchan_exec_instances(const cchan_exec_t *e) { return e ? (int)e->ninst : 0; }
 
 /* ------------------------------------------------------------------ device memory */
 
@@ -249,9 +253,30 @@ static void exec_release(cchan_exec_t *e) {
 }
 
 int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_exec_t **out) {
+    return cchan_exec_create_ex(comm, plan, NULL, out);
+}
+
+int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                         const cchan_exec_config_t *cfg, cchan_exec_t **out) {
     static const char *where = "cchan_exec_create";
     execi_clear_error();
     if (!comm || !plan || !out) return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
+    if (cfg && (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < sizeof(cchan_exec_config_t)))
+        return execi_error(-EINVAL, where,
+                           "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)",
+                           cfg->magic, cfg->size);
+    uint32_t ninst = cfg ? cfg->instances : 0;
+    if (ninst == 0) {
+        const char *v = getenv("CCHAN_EXEC_INSTANCES");
+        char *end = NULL;
+        long long x = v && *v ? strtoll(v, &end, 10) : 1;
+        if (v && *v && (*end || x < 1 || x > EXEC_MAX_INSTANCES))
+            return execi_error(-EINVAL, where, "CCHAN_EXEC_INSTANCES=%s: want an integer in [1, %d]",
+                               v, EXEC_MAX_INSTANCES);
+        ninst = (uint32_t)x;
+    }
+    if (ninst > EXEC_MAX_INSTANCES)
+        return execi_error(-EINVAL, where, "instances %u: at most %d", ninst, EXEC_MAX_INSTANCES);
     int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
     if (nranks != plan->nranks)
         return execi_error(-EINVAL, where,
@@ -271,6 +296,8 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     e->platform = platform;
     e->device = cchan_comm_device(comm);
     e->ctl = cchan_comm_wait_ctl(comm, -1, 0xE8ECu);
+    e->ninst = ninst;
+    e->grid = plan->nblocks * ninst;
     for (int r = 0; r < nranks && !e->uses_input; r++) {
         const exec_rank_desc_t *rk = &plan->ranks[r];
         for (uint32_t i = 0; i < rk->nrefs && !e->uses_input; i++) {
@@ -310,23 +337,29 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
         if (st) goto fail;
         e->smem = me->max_block_bytes <= EXEC_SMEM_MAX ? me->max_block_bytes : 0;
     }
-    if (gpu && (st = execi_cuda_prepare(e->device, plan->nblocks, e->nthreads, e->smem,
+    if (!gpu && e->grid > EXEC_HOST_THREADS_MAX) {
+        st = execi_error(CCHAN_ERR_UNSUPPORTED, where,
+                         "%u blocks x %u instances: the host platform runs at most %d threads",
+                         plan->nblocks, ninst, EXEC_HOST_THREADS_MAX);
+        goto fail;
+    }
+    if (gpu && (st = execi_cuda_prepare(e->device, e->grid, e->nthreads, e->smem,
                                         plan->cross_block)) < 0)
         goto fail;
 
     /* semaphores: collective, in the same order on every rank */
     if (nranks > 1) {
         if (plan->mem_sems &&
-            (st = cchan_sem_set_create(comm, (int)plan->mem_sems, 0, &e->mem_sems)) < 0) {
+            (st = cchan_sem_set_create(comm, (int)(plan->mem_sems * ninst), 0, &e->mem_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(memory channels)");
             goto fail;
         }
-        if (plan->port_sems && (st = cchan_sem_set_create(comm, (int)plan->port_sems,
+        if (plan->port_sems && (st = cchan_sem_set_create(comm, (int)(plan->port_sems * ninst),
                                                           CCHAN_SEM_HOST_MAPPED, &e->port_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(port channels)");
             goto fail;
         }
-        if (plan->uses_port && (st = cchan_sem_set_create(comm, EXEC_DATA_SEMS,
+        if (plan->uses_port && (st = cchan_sem_set_create(comm, (int)(EXEC_DATA_SEMS * ninst),
                                                           CCHAN_SEM_HOST_MAPPED, &e->data_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(port data channels)");
             goto fail;
@@ -334,33 +367,43 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     }
     /* barriers: one semaphore to every peer (mapped memory: ranks of one host) */
     if (nranks > 1 && plan->uses_barrier) {
-        if ((st = cchan_sem_set_create(comm, 1, 0, &e->bar_sems)) < 0) {
+        if ((st = cchan_sem_set_create(comm, (int)ninst, 0, &e->bar_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(barrier)");
             goto fail;
         }
-        cchan_semaphore_t bar[EXEC_MAX_RANKS];
-        for (int j = 1; j < nranks; j++)
-            if ((st = cchan_sem_set_get(e->bar_sems, (rank + j) % nranks, 0, &bar[j - 1])) < 0) {
-                st = rt_err(st, where, "cchan_sem_set_get(barrier)");
-                goto fail;
-            }
-        if ((st = dev_put(e, bar, sizeof(cchan_semaphore_t) * (size_t)(nranks - 1),
-                          (void **)&e->barrier_dev)))
+        size_t nb = (size_t)(nranks - 1) * ninst;
+        cchan_semaphore_t *bar = (cchan_semaphore_t *)calloc(nb, sizeof *bar);
+        if (!bar) {
+            st = execi_error(-ENOMEM, where, "no memory");
             goto fail;
+        }
+        for (uint32_t i = 0; i < ninst && st >= 0; i++)
+            for (int j = 1; j < nranks && st >= 0; j++)
+                st = cchan_sem_set_get(e->bar_sems, (rank + j) % nranks, (int)i,
+                                       &bar[i * (size_t)(nranks - 1) + (size_t)(j - 1)]);
+        if (st < 0) {
+            free(bar);
+            st = rt_err(st, where, "cchan_sem_set_get(barrier)");
+            goto fail;
+        }
+        st = dev_put(e, bar, sizeof *bar * nb, (void **)&e->barrier_dev);
+        free(bar);
+        if (st) goto fail;
     }
     {
-        size_t n = 2 * (size_t)(me->semaphores ? me->semaphores : 1);
+        e->lsem_stride = 2 * (me->semaphores ? me->semaphores : 1);
+        size_t n = (size_t)e->lsem_stride * ninst;
         uint64_t *z = (uint64_t *)calloc(n, sizeof *z);
-        uint32_t *ep = (uint32_t *)malloc(plan->nblocks * sizeof *ep);
+        uint32_t *ep = (uint32_t *)malloc(e->grid * sizeof *ep);
         if (!z || !ep) {
             free(z);
             free(ep);
             st = execi_error(-ENOMEM, where, "no memory");
             goto fail;
         }
-        for (uint32_t b = 0; b < plan->nblocks; b++) ep[b] = 1; /* LL flags start at 1 */
+        for (uint32_t b = 0; b < e->grid; b++) ep[b] = 1; /* LL flags start at 1 */
         st = dev_put(e, z, n * sizeof *z, (void **)&e->lsem_dev);
-        if (!st) st = dev_put(e, ep, plan->nblocks * sizeof *ep, (void **)&e->epochs_dev);
+        if (!st) st = dev_put(e, ep, e->grid * sizeof *ep, (void **)&e->epochs_dev);
         free(z);
         free(ep);
         if (st) goto fail;
@@ -374,24 +417,27 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
             st = rt_err(st, where, "cchan_proxy_create/start");
             goto fail;
         }
-        e->anchors = (cchan_port_channel_t *)calloc(me->nch ? me->nch : 1, sizeof *e->anchors);
+        e->anchors = (cchan_port_channel_t *)calloc((me->nch ? me->nch : 1) * (size_t)ninst,
+                                                    sizeof *e->anchors);
         e->data_next = (int *)calloc((size_t)nranks, sizeof(int));
         if (!e->anchors || !e->data_next) {
             st = execi_error(-ENOMEM, where, "no memory");
             goto fail;
         }
         /* the anchors are made on every rank in plan order (pairwise for network transports) */
-        for (uint32_t k = 0; k < me->nch; k++) {
-            const exec_chan_desc_t *cd = &me->ch[k];
-            if (cd->type != EXEC_CH_PORT) continue;
-            st = cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->port_sems, cd->peer,
-                                           cd->index, e->peer_anchor[cd->peer], e->anchor,
-                                           &e->anchors[k]);
-            if (st < 0) {
-                st = rt_err(st, where, "cchan_port_channel_create(anchor)");
-                goto fail;
+        for (uint32_t k = 0; k < me->nch; k++)
+            for (uint32_t i = 0; i < ninst; i++) {
+                const exec_chan_desc_t *cd = &me->ch[k];
+                if (cd->type != EXEC_CH_PORT) continue;
+                st = cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->port_sems,
+                                               cd->peer, cd->index * (int)ninst + (int)i,
+                                               e->peer_anchor[cd->peer], e->anchor,
+                                               &e->anchors[i * me->nch + k]);
+                if (st < 0) {
+                    st = rt_err(st, where, "cchan_port_channel_create(anchor)");
+                    goto fail;
+                }
             }
-        }
     }
     *out = e;
     return 0;
@@ -475,19 +521,19 @@ static exec_reg_t *reg_find(const cchan_exec_t *e, const void *p, uint64_t bytes
 
 /* The port channel moving plan channel k's puts of one buffer pair between two registrations:
  * made once and kept (its flush counters live with it), on a semaphore of its own. */
-static int sub_get(cchan_exec_t *e, uint32_t k, uint32_t pair, const cchan_mem_t *src,
-                   const cchan_mem_t *dst, const exec_sub_t **out) {
+static int sub_get(cchan_exec_t *e, uint32_t k, uint32_t inst, uint32_t pair,
+                   const cchan_mem_t *src, const cchan_mem_t *dst, const exec_sub_t **out) {
     for (exec_sub_t *u = e->subs; u; u = u->next)
-        if (u->ch == k && u->pair == pair && u->src == src && u->dst == dst) {
+        if (u->ch == k && u->inst == inst && u->pair == pair && u->src == src && u->dst == dst) {
             *out = u;
             return 0;
         }
     int peer = e->me->ch[k].peer;
-    if (e->data_next[peer] >= EXEC_DATA_SEMS)
+    if (e->data_next[peer] >= (int)(EXEC_DATA_SEMS * e->ninst))
         return execi_error(CCHAN_ERR_NO_RESOURCE, "cchan_exec_run",
                            "port channels to rank %d: %d buffer combinations used; deregister "
                            "buffers or make a new executor",
-                           peer, EXEC_DATA_SEMS);
+                           peer, (int)(EXEC_DATA_SEMS * e->ninst));
     exec_sub_t *u = (exec_sub_t *)calloc(1, sizeof *u);
     if (!u) return execi_error(-ENOMEM, "cchan_exec_run", "no memory");
     int st = cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->data_sems, peer,
@@ -498,6 +544,7 @@ static int sub_get(cchan_exec_t *e, uint32_t k, uint32_t pair, const cchan_mem_t
     }
     e->data_next[peer]++;
     u->ch = k;
+    u->inst = inst;
     u->pair = pair;
     u->src = src;
     u->dst = dst;
@@ -529,15 +576,18 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
                                p->name, buf_names[b], b ? "recv" : "send", ptr[b],
                                (unsigned long long)len[b]);
     }
+    const uint32_t ni = e->ninst, nch = me->nch ? me->nch : 1;
     exec_binding_t *bd = (exec_binding_t *)calloc(1, sizeof *bd);
-    exec_chan_rt_t *ch = (exec_chan_rt_t *)calloc(me->nch ? me->nch : 1, sizeof *ch);
+    exec_chan_rt_t *ch = (exec_chan_rt_t *)calloc((size_t)nch * ni, sizeof *ch);
     size_t nports = 0;
     for (uint32_t k = 0; k < me->nch; k++)
         if (me->ch[k].type == EXEC_CH_PORT) nports += 1 + (size_t)__builtin_popcount(me->ch[k].port_pairs);
+    nports *= ni;
     cchan_port_channel_t *ports =
         (cchan_port_channel_t *)calloc(nports ? nports : 1, sizeof *ports);
+    exec_bind_t *hbs = (exec_bind_t *)calloc(ni, sizeof *hbs);
     int st = 0;
-    if (!bd || !ch || !ports) {
+    if (!bd || !ch || !ports || !hbs) {
         st = execi_error(-ENOMEM, where, "no memory");
         goto fail;
     }
@@ -548,14 +598,16 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
     for (int b = 0; b < 2; b++)
         hb.port_off[b] = reg[b] ? (uint64_t)(ptr[b] - reg[b]->ptr) : 0;
     size_t np = 0;
-    for (uint32_t k = 0; k < me->nch && st == 0; k++) {
+    /* instance i: channels [i * nch, +nch), semaphore index index * ni + i (both ends agree) */
+    for (uint32_t kk = 0; kk < me->nch * ni && st == 0; kk++) {
+        uint32_t i = kk / me->nch, k = kk % me->nch;
         const exec_chan_desc_t *cd = &me->ch[k];
-        exec_chan_rt_t *c = &ch[k];
+        exec_chan_rt_t *c = &ch[kk];
         c->type = (uint32_t)cd->type;
         for (int pr = 0; pr < 9; pr++) c->port[pr] = -1;
         c->anchor = -1;
         if (cd->type == EXEC_CH_MEMORY) {
-            st = cchan_sem_set_get(e->mem_sems, cd->peer, cd->index, &c->sem);
+            st = cchan_sem_set_get(e->mem_sems, cd->peer, cd->index * (int)ni + (int)i, &c->sem);
             if (st < 0) {
                 st = rt_err(st, where, "cchan_sem_set_get");
                 break;
@@ -579,7 +631,7 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
         }
         /* port */
         c->anchor = (int16_t)np;
-        ports[np++] = e->anchors[k];
+        ports[np++] = e->anchors[kk];
         for (int pr = 0; pr < 9 && st == 0; pr++) {
             if (!(cd->port_pairs & (1u << pr))) continue;
             int sb = pr / 3, db = pr % 3;
@@ -587,29 +639,33 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
             cchan_mem_t *dst = db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer]
                                                       : reg[db]->peers[cd->peer];
             const exec_sub_t *u = NULL;
-            if ((st = sub_get(e, k, (uint32_t)pr, src, dst, &u))) break;
+            if ((st = sub_get(e, k, i, (uint32_t)pr, src, dst, &u))) break;
             ports[np] = u->port;
             c->port[pr] = (int16_t)np++;
         }
     }
     if (st) goto fail;
-    if ((st = dev_put(e, ch, (me->nch ? me->nch : 1) * sizeof *ch, (void **)&bd->ch_dev))) goto fail;
+    if ((st = dev_put(e, ch, (size_t)nch * ni * sizeof *ch, (void **)&bd->ch_dev))) goto fail;
     if ((st = dev_put(e, ports, (nports ? nports : 1) * sizeof *ports, (void **)&bd->ports_dev)))
         goto fail;
-    hb.ch = bd->ch_dev;
-    hb.ports = bd->ports_dev;
-    hb.barrier = e->barrier_dev;
-    hb.npeers = (uint32_t)(e->nranks - 1);
-    hb.lsem = e->lsem_dev;
-    hb.epochs = e->epochs_dev;
-    hb.ctl = e->ctl;
-    if ((st = dev_put(e, &hb, sizeof hb, (void **)&bd->dev))) goto fail;
+    for (uint32_t i = 0; i < ni; i++) {
+        hbs[i] = hb;
+        hbs[i].ch = bd->ch_dev + (size_t)i * me->nch;
+        hbs[i].ports = bd->ports_dev; /* channel port indices are into the whole array */
+        hbs[i].barrier = e->barrier_dev ? e->barrier_dev + (size_t)i * (size_t)(e->nranks - 1) : NULL;
+        hbs[i].npeers = (uint32_t)(e->nranks - 1);
+        hbs[i].lsem = e->lsem_dev + (size_t)i * e->lsem_stride;
+        hbs[i].epochs = e->epochs_dev;
+        hbs[i].ctl = e->ctl;
+    }
+    if ((st = dev_put(e, hbs, sizeof *hbs * ni, (void **)&bd->dev))) goto fail;
     bd->send = send;
     bd->recv = recv;
     bd->in_bytes = in_bytes;
     bd->gen = e->gen;
     free(ch);
     free(ports);
+    free(hbs);
     *out = bd;
     return 0;
 fail:
@@ -621,6 +677,7 @@ fail:
     free(bd);
     free(ch);
     free(ports);
+    free(hbs);
     return st;
 }
 
@@ -640,8 +697,8 @@ static void *host_block_main(void *p) {
 
 static int run_host(cchan_exec_t *e, const exec_kargs_t *a, uint32_t nblocks) {
     static const char *where = "cchan_exec_run";
-    host_block_t hb[EXEC_MAX_BLOCKS];
-    pthread_t th[EXEC_MAX_BLOCKS];
+    host_block_t hb[EXEC_HOST_THREADS_MAX];
+    pthread_t th[EXEC_HOST_THREADS_MAX];
     uint32_t started = 0;
     int st = 0;
     for (uint32_t b = 0; b < nblocks; b++) {
@@ -766,10 +823,11 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     a.dtype = (uint32_t)dtype;
     a.chunk_bytes = chunk;
     a.loop_unit = p->loop_unit;
-    a.iters = 1;
-    if (p->loop_unit) {
-        uint64_t it = (chunk + p->loop_unit - 1) / p->loop_unit;
-        a.iters = (uint32_t)(it ? it : 1);
+    a.pblocks = p->nblocks;
+    {
+        /* every instance's part of a chunk: a multiple of align */
+        uint64_t per = (chunk + e->ninst - 1) / e->ninst;
+        a.inst_bytes = (per + p->align - 1) / p->align * p->align;
     }
     a.align = p->align;
     a.scratch_stride = chunk * p->scratch_factor;
@@ -777,9 +835,9 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
      * half, which must not overlap what this rank still reads, even when the sizes differ. */
     a.scratch_half = p->ll_double_buffer ? e->scratch_bytes / 2 : 0;
     a.use_smem = e->smem != 0;
-    if (e->platform == CCHAN_PLATFORM_HOST) return run_host(e, &a, p->nblocks);
+    if (e->platform == CCHAN_PLATFORM_HOST) return run_host(e, &a, e->grid);
     /* programmatic dependent launch up to 2 MiB, as cchan_coll does (CCHAN_EXEC_PDL=0: off) */
     int pdl = e->pdl && in_bytes <= EXEC_PDL_MAX_BYTES;
-    return execi_cuda_launch(e->device, &a, p->nblocks, e->nthreads, e->smem, p->cross_block, pdl,
+    return execi_cuda_launch(e->device, &a, e->grid, e->nthreads, e->smem, p->cross_block, pdl,
                              stream);
 }

@@ -57,12 +57,13 @@ typedef struct exec_bind {
 /* Kernel arguments (by value). */
 typedef struct exec_kargs {
     const uint8_t *prog; /* [exec_block_t x nblocks][ops][refs] */
-    const exec_bind_t *bind;
+    const exec_bind_t *bind; /* one per instance */
     uint32_t nblocks;    /* blocks with a list on this rank */
+    uint32_t pblocks;    /* blocks of one instance (the plan's, the most over all ranks) */
     uint32_t ops_off, refs_off; /* byte offsets of the op and ref arrays in prog */
     uint32_t dtype;
-    uint32_t iters;      /* loop iterations */
     uint32_t use_smem;   /* copy each block's lists into shared memory */
+    uint64_t inst_bytes; /* bytes of every chunk each instance handles (align multiple) */
     uint64_t chunk_bytes, loop_unit, align;
     uint64_t scratch_stride; /* bytes between scratch chunks (chunk_bytes x factor) */
     uint64_t scratch_half;   /* ll_double_buffer: bytes of one half; else 0 */
@@ -487,13 +488,18 @@ CCHAN_DEVICE_INLINE int exec_run_op(const exec_kargs_t *a, const exec_bind_t *b,
 
 /* ------------------------------------------------------------------ one block */
 
+/* Grid block `block` runs plan block block % pblocks of instance block / pblocks: the plan over
+ * bytes [inst * inst_bytes, +inst_bytes) of every chunk, with the instance's own channels and
+ * semaphores (a->bind[inst]). An op only ever maps chunk offset x to chunk offset x, so cutting
+ * every chunk into instances runs the same plan side by side on disjoint data. */
 CCHAN_DEVICE_INLINE int exec_block_run(const exec_kargs_t *a, uint32_t block, uint32_t tid,
                                        uint32_t nthreads, uint8_t *smem) {
-    const exec_bind_t *b = a->bind;
+    uint32_t inst = block / a->pblocks, pb = block - inst * a->pblocks;
+    const exec_bind_t *b = &a->bind[inst];
     uint32_t epoch = b->epochs[block];
     int r = CCHAN_OK;
-    if (block < a->nblocks) {
-        const exec_block_t *bd = &((const exec_block_t *)(const void *)a->prog)[block];
+    if (pb < a->nblocks) {
+        const exec_block_t *bd = &((const exec_block_t *)(const void *)a->prog)[pb];
         const exec_op_t *ops =
             (const exec_op_t *)(const void *)(a->prog + a->ops_off) + bd->op_first;
         const exec_ref_t *refs =
@@ -507,6 +513,12 @@ CCHAN_DEVICE_INLINE int exec_block_run(const exec_kargs_t *a, uint32_t block, ui
             ops = (const exec_op_t *)(const void *)smem;
             refs = (const exec_ref_t *)(const void *)(smem + ob);
         }
+        /* this instance's part of every chunk */
+        uint64_t lo = (uint64_t)inst * a->inst_bytes, hi = lo + a->inst_bytes;
+        if (lo > a->chunk_bytes) lo = a->chunk_bytes;
+        if (hi > a->chunk_bytes) hi = a->chunk_bytes;
+        uint64_t iters = a->loop_unit ? (hi - lo + a->loop_unit - 1) / a->loop_unit : 1;
+        if (iters == 0) iters = 1;
         uint64_t half = a->scratch_half ? (uint64_t)(epoch & 1u) * a->scratch_half : 0;
         exec_port_state_t ps;
         if (tid == 0)
@@ -516,15 +528,15 @@ CCHAN_DEVICE_INLINE int exec_block_run(const exec_kargs_t *a, uint32_t block, ui
         for (uint32_t i = 0; i < bd->nops && r == CCHAN_OK; i++) {
             const exec_op_t *o = &ops[i];
             if (o->op != EXEC_OP_LOOP) {
-                r = exec_run_op(a, b, o, refs + o->ref, 0, a->chunk_bytes, half, epoch, &ps, tid,
+                r = exec_run_op(a, b, o, refs + o->ref, lo, hi - lo, half, epoch, &ps, tid,
                                 nthreads);
                 continue;
             }
             uint32_t first = i + 1, last = i + o->body;
-            for (uint32_t it = 0; it < a->iters && r == CCHAN_OK; it++) {
-                uint64_t s0 = (uint64_t)it * a->loop_unit;
-                uint64_t s1 = s0 + a->loop_unit < a->chunk_bytes ? s0 + a->loop_unit
-                                                                 : a->chunk_bytes;
+            for (uint64_t it = 0; it < iters && r == CCHAN_OK; it++) {
+                uint64_t s0 = lo + it * a->loop_unit;
+                uint64_t s1 = s0 + a->loop_unit < hi ? s0 + a->loop_unit : hi;
+                if (s0 > hi) s0 = hi;
                 for (uint32_t j = first; j <= last && r == CCHAN_OK; j++)
                     r = exec_run_op(a, b, &ops[j], refs + ops[j].ref, s0, s1 - s0, half, epoch,
                                     &ps, tid, nthreads);

@@ -15,6 +15,7 @@ CCHAN_EXTERN_C_BEGIN
 #define EXEC_MAX_BLOCKS 128
 #define EXEC_MAX_OPS 65536   /* per rank */
 #define EXEC_MAX_RANKS 64
+#define EXEC_MAX_INSTANCES 64
 
 enum exec_buf { EXEC_BUF_INPUT = 0, EXEC_BUF_OUTPUT = 1, EXEC_BUF_SCRATCH = 2, EXEC_NBUF = 3 };
 enum exec_chan_type { EXEC_CH_MEMORY = 0, EXEC_CH_PORT = 1, EXEC_CH_SWITCH = 2 };
