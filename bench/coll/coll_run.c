@@ -847,6 +847,15 @@ static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const
             pa.a.op = op ? op : CCB_OP_ALLREDUCE;
             pa.a.dtype = dtype;
             pa.a.algo = (int)algo;
+            if (op && algo == CCHAN_COLL_AUTO) {
+                /* the native kernel AUTO would pick: never a loaded plan (CCHAN_COLL_PLANS) */
+                cchan_coll_op_t cop = op == CCB_OP_ALLREDUCE   ? CCHAN_COLL_ALLREDUCE
+                                      : op == CCB_OP_ALLGATHER ? CCHAN_COLL_ALLGATHER
+                                                               : CCHAN_COLL_REDUCESCATTER;
+                uint64_t full = ob > ib ? ob : ib;
+                cchan_coll_algo_t na = cchan_coll_select_buffers(coll, cop, full, sendbuf, recvbuf);
+                pa.a.algo = (int)(na == CCHAN_COLL_PLAN ? cchan_coll_select(coll, cop, full) : na);
+            }
             pa.ex = ex;
             pa.in_count = (size_t)(ib / es);
             pa.a.count = op == CCB_OP_REDUCESCATTER ? pa.in_count / (size_t)n : pa.in_count;
