@@ -822,13 +822,14 @@ static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const
     for (int d = 0; d < o->ndtypes; d++) {
         int dtype = o->dtypes[d];
         size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype);
-        ccb_printf(ctx,
-                   "#\n# plan %s (%s, %d blocks x %d instances%s) against cchan_coll %s%s and NCCL, "
-                   "%s, %d ranks; times in us\n",
-                   in.name, cchan_exec_collective_name(in.collective), (int)in.nblocks,
-                   cchan_exec_instances(ex),
-                   in.inplace ? ", in place" : "", op ? cchan_coll_algo_name(algo) : "(none)",
-                   op ? "" : " (no native kernel for this collective)", dtype_name(dtype), n);
+        ccb_printf(
+            ctx,
+            "#\n# plan %s (%s, %d blocks x %d instances%s) against cchan_coll %s%s and NCCL, "
+            "%s, %d ranks; times in us\n",
+            in.name, cchan_exec_collective_name(in.collective), (int)in.nblocks,
+            cchan_exec_instances(ex), in.inplace ? ", in place" : "",
+            op ? cchan_coll_algo_name(algo) : "(none)",
+            op ? "" : " (no native kernel for this collective)", dtype_name(dtype), n);
         ccb_printf(ctx, "# %12s %12s %6s %10s %10s %10s %11s %11s\n", "size", "in_bytes", "check",
                    "plan", "native", "nccl", "plan/native", "plan/nccl");
         double ratio_sum = 0, ratio_max = 0;
@@ -836,10 +837,12 @@ static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const
         int ratio_n = 0;
         for (int si = 0; si < nsizes; si++) {
             /* nccl-tests' size: the larger buffer (AllGather: the output) */
-            uint64_t ib = in.collective == CCHAN_EXEC_ALLGATHER ? sizes[si] / (uint64_t)n : sizes[si];
+            uint64_t ib =
+                in.collective == CCHAN_EXEC_ALLGATHER ? sizes[si] / (uint64_t)n : sizes[si];
             ib = ib / in.granularity * in.granularity;
             uint64_t ob = ib / in.in_chunks * in.out_chunks;
-            if (ib == 0 || ib % es || ob + CCB_GUARD > bufbytes || ib + CCB_GUARD > bufbytes) continue;
+            if (ib == 0 || ib % es || ob + CCB_GUARD > bufbytes || ib + CCB_GUARD > bufbytes)
+                continue;
             plan_arg_t pa;
             memset(&pa, 0, sizeof pa);
             pa.a.ctx = ctx;
@@ -881,8 +884,11 @@ static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const
             int graph = o->graph_launches > 0 && sizes[si] <= o->graph_max;
             double t_plan = time_op(ctx, dev, &pa, launch_plan, graph);
             double t_nat = -1, t_nccl = -1;
-            if (op && cchan_coll_supported(coll, (cchan_coll_op_t)(op == CCB_OP_ALLREDUCE ? 0 : op == CCB_OP_ALLGATHER ? 1 : 2), algo,
-                                           ob > ib ? ob : ib))
+            if (op && cchan_coll_supported(coll,
+                                           (cchan_coll_op_t)(op == CCB_OP_ALLREDUCE   ? 0
+                                                             : op == CCB_OP_ALLGATHER ? 1
+                                                                                      : 2),
+                                           algo, ob > ib ? ob : ib))
                 t_nat = time_op(ctx, dev, &pa.a, launch_cchan, graph);
             if (op && ctx->have_nccl) t_nccl = time_op(ctx, dev, &pa.a, launch_nccl, graph);
             char chk[16];

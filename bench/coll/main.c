@@ -162,11 +162,10 @@ static void usage(FILE *f) {
             "cudaMalloc\n"
             "                           maps them with small pages; see docs/coll_bench.md)\n"
             "      --host               the host platform (CPU threads) even where GPUs exist\n"
-            "      --plan FILE          an execution plan (cchan_exec) against the native kernel of "
-            "-a and NCCL,\n"
-            "                           size by size (the plan's collective; -o ignored); repeat "
-            "it to measure\n"
-            "                           several plans in one run\n"
+            "      --plan FILE          an execution plan (cchan_exec) against the native "
+            "kernel of -a and\n"
+            "                           NCCL, size by size (the plan's collective; -o ignored); "
+            "repeatable\n"
             "  -J, --json FILE          write every row as JSON\n"
             "  -h, --help\n"
             "NCCL is loaded at run time (CCHAN_NCCL_LIB, else libnccl.so.2); NCCL_NVLS_ENABLE is "
@@ -282,8 +281,8 @@ static void set_defaults(ccb_opts_t *o) {
 /* The command line into ctx->opt; -1 to go on, else main's exit status. */
 static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
     ccb_opts_t *o = &ctx->opt;
-    enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP, OPT_PAD,
-           OPT_PLAN };
+    enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP, OPT_PAD };
+    enum { OPT_PLAN = OPT_PAD + 1 };
     static const struct option longopts[] = {{"op", required_argument, 0, 'o'},
                                              {"datatype", required_argument, 0, 'd'},
                                              {"algo", required_argument, 0, 'a'},

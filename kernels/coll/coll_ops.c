@@ -59,8 +59,8 @@ static int coll_prepare(cchan_coll_t *c, cchan_coll_op_t op, const void *send, v
         /* in cchan_exec's terms: one rank's input, in elements */
         static const int coll_of[] = {0 /* allreduce */, 1 /* allgather */, 2 /* reducescatter */};
         uint64_t in = op == CCHAN_COLL_ALLGATHER ? per : *bytes;
-        st = colli_plan_try(c, coll_of[op], -1, in, send, recv,
-                            in / cchan_coll_dtype_size(dtype), dtype, stream, where);
+        st = colli_plan_try(c, coll_of[op], -1, in, send, recv, in / cchan_coll_dtype_size(dtype),
+                            dtype, stream, where);
         if (st != CCHAN_ERR_UNSUPPORTED) {
             *bytes = 0;
             return st;
@@ -79,8 +79,8 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
     static const char *where = "cchan_coll_allreduce";
     coll_args_t a;
     size_t bytes;
-    int st =
-        coll_prepare(c, CCHAN_COLL_ALLREDUCE, send, recv, count, dtype, &algo, &a, &bytes, stream, where);
+    int st = coll_prepare(c, CCHAN_COLL_ALLREDUCE, send, recv, count, dtype, &algo, &a, &bytes,
+                          stream, where);
     if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
     switch (algo) {

@@ -143,8 +143,8 @@ int colli_plans_deregister(colli_plans_t *p, void *ptr) {
 }
 
 static const colli_plan_t *pick(const colli_plans_t *p, cchan_exec_collective_t coll, int root,
-                                uint64_t in_bytes, const void *send, const void *recv,
-                                size_t count, cchan_exec_dtype_t dt) {
+                                uint64_t in_bytes, const void *send, const void *recv, size_t count,
+                                cchan_exec_dtype_t dt) {
     for (int i = 0; p && i < p->n; i++) {
         const colli_plan_t *e = &p->v[i];
         if (e->info.collective != coll || (coll == CCHAN_EXEC_BROADCAST && e->info.root != root))
@@ -170,8 +170,8 @@ int colli_plan_try(cchan_coll_t *c, int coll, int root, uint64_t in_bytes, const
     const colli_plan_t *e = pick(c->plans, (cchan_exec_collective_t)coll, root, in_bytes, send,
                                  recv, in_count, (cchan_exec_dtype_t)dtype);
     if (!e) return CCHAN_ERR_UNSUPPORTED;
-    int st = cchan_exec_run(e->ex, send, recv, in_count, (cchan_exec_dtype_t)dtype,
-                            CCHAN_EXEC_SUM, stream);
+    int st = cchan_exec_run(e->ex, send, recv, in_count, (cchan_exec_dtype_t)dtype, CCHAN_EXEC_SUM,
+                            stream);
     if (st < 0) return colli_error(st, where, "plan %s: %s", e->info.name, cchan_exec_last_error());
     c->last_plan = e->info.name;
     return 0;
@@ -231,7 +231,8 @@ int colli_plan_try(cchan_coll_t *c, int coll, int root, uint64_t in_bytes, const
 }
 int cchan_coll_load_plans(cchan_coll_t *c, const char *dir) {
     colli_clear_error();
-    if (!c || !dir) return colli_error(-EINVAL, "cchan_coll_load_plans", "coll and dir must not be NULL");
+    if (!c || !dir)
+        return colli_error(-EINVAL, "cchan_coll_load_plans", "coll and dir must not be NULL");
     return colli_plans_load(c->comm, NULL, dir, "cchan_coll_load_plans");
 }
 const char *cchan_coll_plan_name(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,

@@ -6,8 +6,8 @@
  * channel, one wait per signal, one acquire per release, the same number of barriers on every
  * rank), builds the channels, semaphores and scratch once per communicator, and then runs one
  * interpreter kernel per call: every block copies its operation list into shared memory and
- * executes it with the inline channel primitives (the cchan device headers). On the host platform every block is
- * a CPU thread. Repeated calls and CUDA-graph replays reuse everything.
+ * executes it with the inline channel primitives (the cchan device headers). On the host platform
+ * every block is a CPU thread. Repeated calls and CUDA-graph replays reuse everything.
  *
  * Buffers: a plan whose channels reach a peer's input or output (memory channel `remote_buffers`,
  * port-channel puts from or to them) needs those buffers registered with cchan_exec_register() on
@@ -65,12 +65,12 @@ typedef struct cchan_exec_plan_info {
     const char *name;
     cchan_exec_collective_t collective;
     int nranks;
-    int root;  /* broadcast; -1 otherwise */
+    int root; /* broadcast; -1 otherwise */
     int inplace;
-    uint64_t min_bytes, max_bytes; /* of one rank's input; max 0: no upper bound */
-    uint64_t granularity;          /* in_bytes must be a multiple of it */
-    uint64_t loop_unit;            /* bytes of a chunk per loop iteration; 0: no loops */
-    uint32_t nblocks;              /* thread blocks of the interpreter kernel */
+    uint64_t min_bytes, max_bytes;  /* of one rank's input; max 0: no upper bound */
+    uint64_t granularity;           /* in_bytes must be a multiple of it */
+    uint64_t loop_unit;             /* bytes of a chunk per loop iteration; 0: no loops */
+    uint32_t nblocks;               /* thread blocks of the interpreter kernel */
     uint32_t in_chunks, out_chunks; /* output bytes = in_bytes / in_chunks * out_chunks */
     int uses_port;                  /* port channels (a proxy thread per executor) */
     int cross_block;                /* semaphores between blocks: needs co-resident blocks */

@@ -136,8 +136,8 @@ static void peers_free(cchan_exec_t *e, cchan_mem_t **peers, cchan_mem_t *local)
 }
 
 /* Collective: this rank's memory and every peer's, mapped here. */
-static int alloc_exchanged(cchan_exec_t *e, size_t bytes, cchan_mem_t **local,
-                           cchan_mem_t ***peers, const char *what) {
+static int alloc_exchanged(cchan_exec_t *e, size_t bytes, cchan_mem_t **local, cchan_mem_t ***peers,
+                           const char *what) {
     static const char *where = "cchan_exec";
     cchan_mem_t *m = NULL;
     cchan_mem_t **pp = (cchan_mem_t **)calloc((size_t)e->nranks, sizeof *pp);
@@ -260,19 +260,22 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
                          const cchan_exec_config_t *cfg, cchan_exec_t **out) {
     static const char *where = "cchan_exec_create";
     execi_clear_error();
-    if (!comm || !plan || !out) return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
+    if (!comm || !plan || !out)
+        return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
     if (cfg && (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < sizeof(cchan_exec_config_t)))
-        return execi_error(-EINVAL, where,
-                           "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)",
-                           cfg->magic, cfg->size);
+        return execi_error(
+            -EINVAL, where,
+            "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)", cfg->magic,
+            cfg->size);
     uint32_t ninst = cfg ? cfg->instances : 0;
     if (ninst == 0) {
         const char *v = getenv("CCHAN_EXEC_INSTANCES");
         char *end = NULL;
         long long x = v && *v ? strtoll(v, &end, 10) : 1;
         if (v && *v && (*end || x < 1 || x > EXEC_MAX_INSTANCES))
-            return execi_error(-EINVAL, where, "CCHAN_EXEC_INSTANCES=%s: want an integer in [1, %d]",
-                               v, EXEC_MAX_INSTANCES);
+            return execi_error(-EINVAL, where,
+                               "CCHAN_EXEC_INSTANCES=%s: want an integer in [1, %d]", v,
+                               EXEC_MAX_INSTANCES);
         ninst = (uint32_t)x;
     }
     if (ninst > EXEC_MAX_INSTANCES)
@@ -343,8 +346,8 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
                          plan->nblocks, ninst, EXEC_HOST_THREADS_MAX);
         goto fail;
     }
-    if (gpu && (st = execi_cuda_prepare(e->device, e->grid, e->nthreads, e->smem,
-                                        plan->cross_block)) < 0)
+    if (gpu &&
+        (st = execi_cuda_prepare(e->device, e->grid, e->nthreads, e->smem, plan->cross_block)) < 0)
         goto fail;
 
     /* semaphores: collective, in the same order on every rank */
@@ -354,13 +357,15 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
             st = rt_err(st, where, "cchan_sem_set_create(memory channels)");
             goto fail;
         }
-        if (plan->port_sems && (st = cchan_sem_set_create(comm, (int)(plan->port_sems * ninst),
-                                                          CCHAN_SEM_HOST_MAPPED, &e->port_sems)) < 0) {
+        if (plan->port_sems &&
+            (st = cchan_sem_set_create(comm, (int)(plan->port_sems * ninst), CCHAN_SEM_HOST_MAPPED,
+                                       &e->port_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(port channels)");
             goto fail;
         }
-        if (plan->uses_port && (st = cchan_sem_set_create(comm, (int)(EXEC_DATA_SEMS * ninst),
-                                                          CCHAN_SEM_HOST_MAPPED, &e->data_sems)) < 0) {
+        if (plan->uses_port &&
+            (st = cchan_sem_set_create(comm, (int)(EXEC_DATA_SEMS * ninst), CCHAN_SEM_HOST_MAPPED,
+                                       &e->data_sems)) < 0) {
             st = rt_err(st, where, "cchan_sem_set_create(port data channels)");
             goto fail;
         }
@@ -581,7 +586,8 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
     exec_chan_rt_t *ch = (exec_chan_rt_t *)calloc((size_t)nch * ni, sizeof *ch);
     size_t nports = 0;
     for (uint32_t k = 0; k < me->nch; k++)
-        if (me->ch[k].type == EXEC_CH_PORT) nports += 1 + (size_t)__builtin_popcount(me->ch[k].port_pairs);
+        if (me->ch[k].type == EXEC_CH_PORT)
+            nports += 1 + (size_t)__builtin_popcount(me->ch[k].port_pairs);
     nports *= ni;
     cchan_port_channel_t *ports =
         (cchan_port_channel_t *)calloc(nports ? nports : 1, sizeof *ports);
@@ -595,8 +601,7 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
     memset(&hb, 0, sizeof hb);
     for (int b = 0; b < EXEC_NBUF; b++) hb.buf[b] = ptr[b];
     hb.port_off[EXEC_BUF_SCRATCH] = 0;
-    for (int b = 0; b < 2; b++)
-        hb.port_off[b] = reg[b] ? (uint64_t)(ptr[b] - reg[b]->ptr) : 0;
+    for (int b = 0; b < 2; b++) hb.port_off[b] = reg[b] ? (uint64_t)(ptr[b] - reg[b]->ptr) : 0;
     size_t np = 0;
     /* instance i: channels [i * nch, +nch), semaphore index index * ni + i (both ends agree) */
     for (uint32_t kk = 0; kk < me->nch * ni && st == 0; kk++) {
@@ -617,8 +622,8 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
                 if (b == EXEC_BUF_SCRATCH)
                     c->remote[b] = (uint8_t *)cchan_mem_ptr(e->peer_scratch[cd->peer]);
                 else
-                    c->remote[b] = (uint8_t *)cchan_mem_ptr(reg[b]->peers[cd->peer]) +
-                                   hb.port_off[b];
+                    c->remote[b] =
+                        (uint8_t *)cchan_mem_ptr(reg[b]->peers[cd->peer]) + hb.port_off[b];
                 if (!c->remote[b]) {
                     st = execi_error(CCHAN_ERR_UNSUPPORTED, where,
                                      "channels[%u]: rank %d's %s is not mapped here (another "
@@ -636,8 +641,8 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
             if (!(cd->port_pairs & (1u << pr))) continue;
             int sb = pr / 3, db = pr % 3;
             cchan_mem_t *src = sb == EXEC_BUF_SCRATCH ? e->scratch : reg[sb]->local;
-            cchan_mem_t *dst = db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer]
-                                                      : reg[db]->peers[cd->peer];
+            cchan_mem_t *dst =
+                db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer] : reg[db]->peers[cd->peer];
             const exec_sub_t *u = NULL;
             if ((st = sub_get(e, k, i, (uint32_t)pr, src, dst, &u))) break;
             ports[np] = u->port;
@@ -652,7 +657,8 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
         hbs[i] = hb;
         hbs[i].ch = bd->ch_dev + (size_t)i * me->nch;
         hbs[i].ports = bd->ports_dev; /* channel port indices are into the whole array */
-        hbs[i].barrier = e->barrier_dev ? e->barrier_dev + (size_t)i * (size_t)(e->nranks - 1) : NULL;
+        hbs[i].barrier =
+            e->barrier_dev ? e->barrier_dev + (size_t)i * (size_t)(e->nranks - 1) : NULL;
         hbs[i].npeers = (uint32_t)(e->nranks - 1);
         hbs[i].lsem = e->lsem_dev + (size_t)i * e->lsem_stride;
         hbs[i].epochs = e->epochs_dev;
@@ -738,8 +744,11 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
     if (!e) return execi_error(-EINVAL, where, "exec is NULL");
     const cchan_exec_plan_t *p = e->plan;
     size_t es = cchan_exec_dtype_size(dtype);
-    if (!es) return execi_error(-EINVAL, where, "dtype %d: want CCHAN_EXEC_F32, F16 or BF16", (int)dtype);
-    if (op != CCHAN_EXEC_SUM) return execi_error(-EINVAL, where, "op %d: want CCHAN_EXEC_SUM", (int)op);
+    if (!es)
+        return execi_error(-EINVAL, where, "dtype %d: want CCHAN_EXEC_F32, F16 or BF16",
+                           (int)dtype);
+    if (op != CCHAN_EXEC_SUM)
+        return execi_error(-EINVAL, where, "op %d: want CCHAN_EXEC_SUM", (int)op);
     if (!send || !recv) return execi_error(-EINVAL, where, "send and recv must not be NULL");
     if (count > UINT64_MAX / es) return execi_error(-EINVAL, where, "count %zu overflows", count);
     uint64_t in_bytes = (uint64_t)count * es;
@@ -756,11 +765,11 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
         const uint8_t *want = r;
         if (p->collective == CCHAN_EXEC_ALLGATHER) want = r + (uint64_t)e->rank * in_bytes;
         if (s != want)
-            return execi_error(-EINVAL, where,
-                               "plan \"%s\" is in place: send must be %s (recv%s), got %p for recv %p",
-                               p->name, "the input's place in recv",
-                               p->collective == CCHAN_EXEC_ALLGATHER ? " + rank * in_bytes" : "",
-                               send, recv);
+            return execi_error(
+                -EINVAL, where,
+                "plan \"%s\" is in place: send must be %s (recv%s), got %p for recv %p", p->name,
+                "the input's place in recv",
+                p->collective == CCHAN_EXEC_ALLGATHER ? " + rank * in_bytes" : "", send, recv);
     } else if (e->uses_input && s < r + out_bytes && r < s + in_bytes) {
         /* (a rank whose input nothing reads, a broadcast's non-root, may pass any send) */
         return execi_error(-EINVAL, where,
@@ -805,8 +814,8 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     int st = scratch_grow(e, in_bytes);
     if (st) return st;
     exec_binding_t *bd = e->bindings;
-    while (bd && !(bd->send == send && bd->recv == recv && bd->in_bytes == in_bytes &&
-                   bd->gen == e->gen))
+    while (bd &&
+           !(bd->send == send && bd->recv == recv && bd->in_bytes == in_bytes && bd->gen == e->gen))
         bd = bd->next;
     if (!bd) {
         if ((st = bind_build(e, send, recv, in_bytes, out_bytes, &bd))) return st;

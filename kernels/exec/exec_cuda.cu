@@ -19,7 +19,8 @@ __device__ static inline void exec_pdl_enter(void) {
 #endif
 }
 
-__global__ void __launch_bounds__(EXEC_KERNEL_THREADS) exec_kernel(const __grid_constant__ exec_kargs_t a) {
+__global__ void __launch_bounds__(EXEC_KERNEL_THREADS)
+    exec_kernel(const __grid_constant__ exec_kargs_t a) {
     extern __shared__ __align__(16) uint8_t exec_smem[];
     exec_pdl_enter();
     (void)exec_block_run(&a, blockIdx.x, threadIdx.x, blockDim.x, a.use_smem ? exec_smem : NULL);
@@ -76,8 +77,8 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
     int st = set_device(device);
     if (st) return st;
     if (smem > 48u * 1024u) {
-        cudaError_t e = cudaFuncSetAttribute(exec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(
+            exec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute(shared memory)");
     }
     /* Blocks that wait on other blocks of the grid (the plan's semaphores) must all be resident
@@ -91,8 +92,8 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
                            "the plan's blocks wait on one another (semaphores between blocks), "
                            "which needs a cooperative launch, and device %d does not support it",
                            device);
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, exec_kernel,
-                                                                  (int)nthreads, smem);
+    cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, exec_kernel, (int)nthreads, smem);
     if (e != cudaSuccess) return cuda_err(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     if ((long long)per_sm * sms < (long long)nblocks)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",

@@ -42,8 +42,8 @@ typedef struct exec_chan_rt {
 
 /* Everything a run needs that depends on the buffers; device memory, built once per buffers. */
 typedef struct exec_bind {
-    uint8_t *buf[EXEC_NBUF];          /* this rank's input, output, scratch */
-    uint64_t port_off[EXEC_NBUF];     /* offsets of the buffers in their registrations */
+    uint8_t *buf[EXEC_NBUF];      /* this rank's input, output, scratch */
+    uint64_t port_off[EXEC_NBUF]; /* offsets of the buffers in their registrations */
     const exec_chan_rt_t *ch;
     const cchan_port_channel_t *ports;
     const cchan_semaphore_t *barrier; /* one per peer */
@@ -56,10 +56,10 @@ typedef struct exec_bind {
 
 /* Kernel arguments (by value). */
 typedef struct exec_kargs {
-    const uint8_t *prog; /* [exec_block_t x nblocks][ops][refs] */
-    const exec_bind_t *bind; /* one per instance */
-    uint32_t nblocks;    /* blocks with a list on this rank */
-    uint32_t pblocks;    /* blocks of one instance (the plan's, the most over all ranks) */
+    const uint8_t *prog;        /* [exec_block_t x nblocks][ops][refs] */
+    const exec_bind_t *bind;    /* one per instance */
+    uint32_t nblocks;           /* blocks with a list on this rank */
+    uint32_t pblocks;           /* blocks of one instance (the plan's, the most over all ranks) */
     uint32_t ops_off, refs_off; /* byte offsets of the op and ref arrays in prog */
     uint32_t dtype;
     uint32_t use_smem;   /* copy each block's lists into shared memory */
@@ -249,8 +249,8 @@ CCHAN_DEVICE_INLINE int exec_reduce_packets(uint8_t *dst, const uint8_t *const *
             uint32_t w1 = ((const uint32_t *)(const void *)src[0])[2 * i + 1];
             for (int k = 1; k < nsrc; k++) {
                 uint64_t d;
-                int r = cchan_ll16_read_one(&((const cchan_vec16_t *)(const void *)src[k])[i],
-                                            flag, ctl, &d);
+                int r = cchan_ll16_read_one(&((const cchan_vec16_t *)(const void *)src[k])[i], flag,
+                                            ctl, &d);
                 if (CCHAN_UNLIKELY(r)) return r;
                 w0 = exec_add_w32(w0, (uint32_t)d, dt);
                 w1 = exec_add_w32(w1, (uint32_t)(d >> 32), dt);
@@ -265,8 +265,8 @@ CCHAN_DEVICE_INLINE int exec_reduce_packets(uint8_t *dst, const uint8_t *const *
         uint32_t w = ((const uint32_t *)(const void *)src[0])[i];
         for (int k = 1; k < nsrc; k++) {
             uint32_t d;
-            int r = cchan_ll8_read_one(&((const cchan_vec8_t *)(const void *)src[k])[i], flag, ctl,
-                                       &d);
+            int r =
+                cchan_ll8_read_one(&((const cchan_vec8_t *)(const void *)src[k])[i], flag, ctl, &d);
             if (CCHAN_UNLIKELY(r)) return r;
             w = exec_add_w32(w, d, dt);
         }
@@ -369,8 +369,7 @@ CCHAN_DEVICE_INLINE int exec_data_op(const exec_kargs_t *a, const exec_bind_t *b
                     r = cchan_port_channel_put(
                         &b->ports[c->port[pr]],
                         b->port_off[dref->buf] + exec_ref_off(a, dref, k, in, 0, half),
-                        b->port_off[refs[0].buf] + exec_ref_off(a, &refs[0], k, in, 0, half),
-                        len);
+                        b->port_off[refs[0].buf] + exec_ref_off(a, &refs[0], k, in, 0, half), len);
                     ps->unsig[o->ch] |= (uint16_t)(1u << pr);
                     ps->unflush[o->ch] |= (uint16_t)(1u << pr);
                 }
@@ -429,10 +428,10 @@ CCHAN_DEVICE_INLINE int exec_data_op(const exec_kargs_t *a, const exec_bind_t *b
     return CCHAN_OK;
 }
 
-CCHAN_DEVICE_INLINE int exec_run_op(const exec_kargs_t *a, const exec_bind_t *b,
-                                    const exec_op_t *o, const exec_ref_t *refs, uint64_t s0,
-                                    uint64_t seg, uint64_t half, uint32_t flag,
-                                    exec_port_state_t *ps, uint32_t tid, uint32_t nthreads) {
+CCHAN_DEVICE_INLINE int exec_run_op(const exec_kargs_t *a, const exec_bind_t *b, const exec_op_t *o,
+                                    const exec_ref_t *refs, uint64_t s0, uint64_t seg,
+                                    uint64_t half, uint32_t flag, exec_port_state_t *ps,
+                                    uint32_t tid, uint32_t nthreads) {
     int r = CCHAN_OK;
     const exec_chan_rt_t *c = o->ch >= 0 ? &b->ch[o->ch] : (const exec_chan_rt_t *)0;
     switch (o->op) {
@@ -538,8 +537,8 @@ CCHAN_DEVICE_INLINE int exec_block_run(const exec_kargs_t *a, uint32_t block, ui
                 uint64_t s1 = s0 + a->loop_unit < hi ? s0 + a->loop_unit : hi;
                 if (s0 > hi) s0 = hi;
                 for (uint32_t j = first; j <= last && r == CCHAN_OK; j++)
-                    r = exec_run_op(a, b, &ops[j], refs + ops[j].ref, s0, s1 - s0, half, epoch,
-                                    &ps, tid, nthreads);
+                    r = exec_run_op(a, b, &ops[j], refs + ops[j].ref, s0, s1 - s0, half, epoch, &ps,
+                                    tid, nthreads);
             }
             i = last;
         }

@@ -30,12 +30,13 @@ void execi_clear_error(void) { exec_errmsg[0] = 0; }
 const char *cchan_exec_last_error(void) { return exec_errmsg; }
 
 static const char *const exec_op_names[EXEC_OP_COUNT] = {
-    "put", "put_signal", "put_signal_flush", "get", "signal", "wait", "flush", "put_packets",
-    "read_packets", "reduce_packets", "copy", "reduce", "reduce_put", "switch_reduce",
-    "switch_broadcast", "barrier", "sem_release", "sem_acquire", "sync", "loop"};
+    "put",     "put_signal",  "put_signal_flush", "get",           "signal",
+    "wait",    "flush",       "put_packets",      "read_packets",  "reduce_packets",
+    "copy",    "reduce",      "reduce_put",       "switch_reduce", "switch_broadcast",
+    "barrier", "sem_release", "sem_acquire",      "sync",          "loop"};
 static const char *const exec_buf_names[EXEC_NBUF] = {"input", "output", "scratch"};
 static const char *const exec_coll_names[] = {"allreduce", "allgather", "reducescatter",
-                                              "alltoall", "broadcast", "custom"};
+                                              "alltoall",  "broadcast", "custom"};
 
 const char *cchan_exec_collective_name(cchan_exec_collective_t c) {
     return (unsigned)c < 6 ? exec_coll_names[c] : "unknown";
@@ -171,8 +172,8 @@ void cchan_exec_plan_free(cchan_exec_plan_t *p) {
 
 enum { NEED_NONE = 0, NEED_LOCAL = 1, NEED_REMOTE = 2, NEED_ANY = 3 };
 
-static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_t *rk,
-                     int inplace, const json_t *j, exec_ref_t *out) {
+static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_t *rk, int inplace,
+                     const json_t *j, exec_ref_t *out) {
     if (!json_is_object(j)) return bad(c, "", "is %s, want a ref object", json_kind(j));
     int buf;
     int64_t chunk, count, stride = 1, ch = -1;
@@ -187,13 +188,15 @@ static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_
         return st;
     }
     if (buf == EXEC_BUF_INPUT && inplace)
-        return bad(c, "buf", "\"input\" in an in-place plan (in-place plans name only output and "
-                             "scratch)");
+        return bad(c, "buf",
+                   "\"input\" in an in-place plan (in-place plans name only output and "
+                   "scratch)");
     if (ch >= 0) {
         const exec_chan_desc_t *cd = &rk->ch[ch];
         if (cd->type == EXEC_CH_SWITCH)
-            return bad(c, "ch", "%lld is a switch channel; refs reach peers through memory or "
-                                "port channels",
+            return bad(c, "ch",
+                       "%lld is a switch channel; refs reach peers through memory or "
+                       "port channels",
                        (long long)ch);
         if (!(cd->remote_mask & (1u << buf)))
             return bad(c, "buf", "\"%s\" through channel %lld, whose remote_buffers do not name it",
@@ -214,8 +217,8 @@ static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_
     }
     if (last >= limit)
         return bad(c, "chunk", "chunks %lld..%llu (count %lld, stride %lld) of %s, which has %llu",
-                   (long long)chunk, (unsigned long long)last, (long long)count,
-                   (long long)stride, exec_buf_names[buf], (unsigned long long)limit);
+                   (long long)chunk, (unsigned long long)last, (long long)count, (long long)stride,
+                   exec_buf_names[buf], (unsigned long long)limit);
     out->chunk = (uint32_t)chunk;
     out->count = (uint32_t)count;
     out->stride = (uint32_t)stride;
@@ -225,12 +228,12 @@ static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_
 }
 
 typedef struct op_shape {
-    int need_ch;     /* the op names a channel */
-    int ch_type;     /* required type, -1 any of memory/port */
+    int need_ch; /* the op names a channel */
+    int ch_type; /* required type, -1 any of memory/port */
     int nsrc_lo, nsrc_hi, ndst;
-    int src_where;   /* NEED_LOCAL: every src local; NEED_REMOTE: src[0] through op.ch; NEED_ANY */
+    int src_where; /* NEED_LOCAL: every src local; NEED_REMOTE: src[0] through op.ch; NEED_ANY */
     int dst_where;
-    int packets;     /* needs protocol */
+    int packets; /* needs protocol */
 } op_shape_t;
 
 static const op_shape_t exec_shapes[EXEC_OP_COUNT] = {
@@ -268,14 +271,16 @@ static int check_refs(ctx_t *c, const exec_rank_desc_t *rk, const exec_op_t *o,
         char f[32];
         snprintf(f, sizeof f, "%s[%d]", side, k);
         if (r->count != refs[0].count)
-            return bad(c, f, "count %u, but %s covers %u chunks (src and dst of one op cover the "
-                             "same bytes)",
+            return bad(c, f,
+                       "count %u, but %s covers %u chunks (src and dst of one op cover the "
+                       "same bytes)",
                        r->count, o->nsrc ? "src[0]" : "dst[0]", refs[0].count);
         int remote_here = where == NEED_REMOTE && (o->op != EXEC_OP_REDUCE_PACKETS);
         if (o->op == EXEC_OP_REDUCE || o->op == EXEC_OP_REDUCE_PUT) {
             if (is_src && r->ch >= 0 && rk->ch[r->ch].type != EXEC_CH_MEMORY)
-                return bad(c, f, "reads a peer through channel %d, a %s channel (reduce reads "
-                                 "peers through memory channels)",
+                return bad(c, f,
+                           "reads a peer through channel %d, a %s channel (reduce reads "
+                           "peers through memory channels)",
                            r->ch, exec_ch_type_names[rk->ch[r->ch].type]);
             if (!is_src && o->op == EXEC_OP_REDUCE && r->ch >= 0)
                 return bad(c, f, "ch %d: reduce writes locally (reduce_put writes a peer)", r->ch);
@@ -351,11 +356,12 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
     static const char *const protos[] = {NULL, "ll8", "ll16"};
     if ((st = get_enum(c, j, "protocol", 0, protos, 3, &proto)) < 0) return st;
     if (sh->packets) {
-        if (proto < 0) return bad(c, "protocol", "missing (\"%s\" needs ll8 or ll16)",
-                                  exec_op_names[opc]);
+        if (proto < 0)
+            return bad(c, "protocol", "missing (\"%s\" needs ll8 or ll16)", exec_op_names[opc]);
         if (p->scratch_factor != 2)
-            return bad(c, "protocol", "%s packets, but scratch_chunk_factor is %u (packet areas "
-                                      "need 2)",
+            return bad(c, "protocol",
+                       "%s packets, but scratch_chunk_factor is %u (packet areas "
+                       "need 2)",
                        protos[proto], p->scratch_factor);
     }
     o->proto = (uint8_t)(proto < 0 ? 0 : proto);
@@ -370,8 +376,8 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
     if ((st = get_array(c, j, "dst", 0, &dst)) < 0) return st;
     size_t ns = src ? json_array_size(src) : 0, nd = dst ? json_array_size(dst) : 0;
     if (ns < (size_t)sh->nsrc_lo || ns > (size_t)sh->nsrc_hi)
-        return bad(c, "src", "%zu refs; \"%s\" takes %d to %d", ns, exec_op_names[opc],
-                   sh->nsrc_lo, sh->nsrc_hi);
+        return bad(c, "src", "%zu refs; \"%s\" takes %d to %d", ns, exec_op_names[opc], sh->nsrc_lo,
+                   sh->nsrc_hi);
     /* reduce_put may also store its sum into a local dst[1] */
     if (nd != (size_t)sh->ndst && !(opc == EXEC_OP_REDUCE_PUT && nd == 2))
         return bad(c, "dst", "%zu refs; \"%s\" takes %d%s", nd, exec_op_names[opc], sh->ndst,
@@ -383,8 +389,8 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
     for (size_t i = 0; i < ns + nd; i++) {
         size_t save;
         path_push(c, &save, ".%s[%zu]", i < ns ? "src" : "dst", i < ns ? i : i - ns);
-        st = parse_ref(c, p, rk, p->inplace, json_array_get(i < ns ? src : dst, i < ns ? i : i - ns),
-                       &refs[*nrefs + i]);
+        st = parse_ref(c, p, rk, p->inplace,
+                       json_array_get(i < ns ? src : dst, i < ns ? i : i - ns), &refs[*nrefs + i]);
         path_pop(c, save);
         if (st < 0) return st;
     }
@@ -405,7 +411,8 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     int64_t v;
     if (!json_is_object(j)) return bad(c, "", "is %s, want a rank object", json_kind(j));
     if ((st = get_int(c, j, "rank", 1, 0, INT32_MAX, &v)) < 0) return st;
-    if (v != r) return bad(c, "rank", "%lld, want %d (ranks are listed in rank order)", (long long)v, r);
+    if (v != r)
+        return bad(c, "rank", "%lld, want %d (ranks are listed in rank order)", (long long)v, r);
     if ((st = get_int(c, j, "scratch_chunks", 1, 0, p->buf_chunks[EXEC_BUF_SCRATCH], &v)) < 0) {
         if (json_is_integer(json_object_get(j, "scratch_chunks")))
             return bad(c, "scratch_chunks", "%lld, more than buffers.scratch (%u)",
@@ -557,8 +564,8 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
         bd->nops = rk->nops - bd->op_first;
         bd->nrefs = rk->nrefs - bd->ref_first;
         {
-            uint32_t bytes = bd->nops * (uint32_t)sizeof(exec_op_t) +
-                             bd->nrefs * (uint32_t)sizeof(exec_ref_t);
+            uint32_t bytes =
+                bd->nops * (uint32_t)sizeof(exec_op_t) + bd->nrefs * (uint32_t)sizeof(exec_ref_t);
             if (bytes > rk->max_block_bytes) rk->max_block_bytes = bytes;
         }
     b_out:
@@ -615,8 +622,9 @@ static int check_cross(ctx_t *c, cchan_exec_plan_t *p) {
                     int *blk = sig ? &e->sig_block : &e->wait_block;
                     if (o->tbg_index == 0 || o->tbg_size == 1) {
                         if (*blk >= 0 && *blk != (int)b)
-                            st = bad(c, "ch", "%d: %s on this channel end from blocks %d and %u "
-                                              "(one block per side)",
+                            st = bad(c, "ch",
+                                     "%d: %s on this channel end from blocks %d and %u "
+                                     "(one block per side)",
                                      o->ch, sig ? "signals" : "waits", *blk, b);
                         *blk = (int)b;
                         (sig ? e->sig : e->wait)[in]++;
@@ -651,8 +659,9 @@ static int check_cross(ctx_t *c, cchan_exec_plan_t *p) {
         exec_rank_desc_t *rk = &p->ranks[r];
         if (barriers[r][0] != barriers[0][0] || barriers[r][1] != barriers[0][1]) {
             snprintf(c->path, sizeof c->path, "ranks[%d]", r);
-            st = bad(c, "threadblocks", "%u barriers (+%u in loops), rank 0 has %u (+%u): every "
-                                        "rank runs the same barriers",
+            st = bad(c, "threadblocks",
+                     "%u barriers (+%u in loops), rank 0 has %u (+%u): every "
+                     "rank runs the same barriers",
                      barriers[r][0], barriers[r][1], barriers[0][0], barriers[0][1]);
             break;
         }
@@ -666,16 +675,18 @@ static int check_cross(ctx_t *c, cchan_exec_plan_t *p) {
                     pk->ch[m].index == cd->index)
                     other = (int)m;
             if (other < 0) {
-                st = bad(c, "peer", "%d: rank %d has no %s channel to rank %d with index %d (the "
-                                    "other end)",
+                st = bad(c, "peer",
+                         "%d: rank %d has no %s channel to rank %d with index %d (the "
+                         "other end)",
                          cd->peer, cd->peer, exec_ch_type_names[cd->type], r, cd->index);
                 break;
             }
             const end_count_t *a = &ec[r][k], *w = &ec[cd->peer][other];
             if (a->sig[0] != w->wait[0] || a->sig[1] != w->wait[1])
-                st = bad(c, "", "%u signals (+%u in loops) on this end, but rank %d's end "
-                                "(channels[%d]) waits %u times (+%u in loops): every signal "
-                                "needs one wait",
+                st = bad(c, "",
+                         "%u signals (+%u in loops) on this end, but rank %d's end "
+                         "(channels[%d]) waits %u times (+%u in loops): every signal "
+                         "needs one wait",
                          a->sig[0], a->sig[1], cd->peer, other, w->wait[0], w->wait[1]);
             /* the peer's scratch chunks reached through this channel */
             if (st == 0 && (cd->remote_mask & (1u << EXEC_BUF_SCRATCH))) {
@@ -684,8 +695,9 @@ static int check_cross(ctx_t *c, cchan_exec_plan_t *p) {
                     if (f->ch == (int)k && f->buf == EXEC_BUF_SCRATCH &&
                         (uint64_t)f->chunk + (uint64_t)(f->count - 1) * f->stride >=
                             pk->scratch_chunks) {
-                        st = bad(c, "", "an op reaches rank %d's scratch chunk %llu, but that "
-                                        "rank has %u scratch_chunks",
+                        st = bad(c, "",
+                                 "an op reaches rank %d's scratch chunk %llu, but that "
+                                 "rank has %u scratch_chunks",
                                  cd->peer,
                                  (unsigned long long)f->chunk +
                                      (unsigned long long)(f->count - 1) * f->stride,
@@ -718,7 +730,8 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     c->path[0] = 0;
     int st;
     int64_t v;
-    if (!json_is_object(root)) return bad(c, "(document)", "is %s, want an object", json_kind(root));
+    if (!json_is_object(root))
+        return bad(c, "(document)", "is %s, want an object", json_kind(root));
     static const char *const fmt[] = {"cchan.plan"};
     int e;
     if ((st = get_enum(c, root, "format", 1, fmt, 1, &e)) < 0) return st;
@@ -752,7 +765,8 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     int64_t mn, mx, al, gr, lu;
     if ((st = get_int(c, root, "min_bytes", 1, 0, INT64_MAX, &mn)) < 0) return st;
     if ((st = get_int(c, root, "max_bytes", 1, 0, INT64_MAX, &mx)) < 0) return st;
-    if (mx && mx < mn) return bad(c, "max_bytes", "%lld is below min_bytes %lld", (long long)mx, (long long)mn);
+    if (mx && mx < mn)
+        return bad(c, "max_bytes", "%lld is below min_bytes %lld", (long long)mx, (long long)mn);
     if ((st = get_int(c, root, "align", 1, 1, 1 << 20, &al)) < 0) return st;
     if (al % 16)
         return execi_error(CCHAN_ERR_UNSUPPORTED, where,
@@ -760,7 +774,9 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
                            (long long)al);
     if ((st = get_int(c, root, "granularity", 1, 1, INT64_MAX, &gr)) < 0) return st;
     if ((st = get_int(c, root, "loop_unit", 1, 0, INT64_MAX, &lu)) < 0) return st;
-    if (lu % al) return bad(c, "loop_unit", "%lld is not a multiple of align %lld", (long long)lu, (long long)al);
+    if (lu % al)
+        return bad(c, "loop_unit", "%lld is not a multiple of align %lld", (long long)lu,
+                   (long long)al);
     p->min_bytes = (uint64_t)mn;
     p->max_bytes = (uint64_t)mx;
     p->align = (uint64_t)al;
@@ -840,8 +856,8 @@ int cchan_exec_plan_load_file(const char *path, cchan_exec_plan_t **out) {
     json_error_t err;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     if (!root)
-        return execi_error(-EINVAL, where, "%s: line %d column %d: %s", path, err.line,
-                           err.column, err.text);
+        return execi_error(-EINVAL, where, "%s: line %d column %d: %s", path, err.line, err.column,
+                           err.text);
     int st = plan_from_json(root, out, where);
     if (st < 0) {
         char tmp[1024];
@@ -852,7 +868,8 @@ int cchan_exec_plan_load_file(const char *path, cchan_exec_plan_t **out) {
 }
 
 int cchan_exec_plan_info(const cchan_exec_plan_t *p, cchan_exec_plan_info_t *out) {
-    if (!p || !out) return execi_error(-EINVAL, "cchan_exec_plan_info", "plan and out must not be NULL");
+    if (!p || !out)
+        return execi_error(-EINVAL, "cchan_exec_plan_info", "plan and out must not be NULL");
     out->name = p->name;
     out->collective = p->collective;
     out->nranks = p->nranks;

@@ -13,7 +13,7 @@ CCHAN_EXTERN_C_BEGIN
 #define EXEC_MAX_SRCS 8
 #define EXEC_MAX_CHANNELS 64 /* per rank */
 #define EXEC_MAX_BLOCKS 128
-#define EXEC_MAX_OPS 65536   /* per rank */
+#define EXEC_MAX_OPS 65536 /* per rank */
 #define EXEC_MAX_RANKS 64
 #define EXEC_MAX_INSTANCES 64
 
@@ -57,7 +57,7 @@ typedef struct exec_ref {
 } exec_ref_t;
 
 typedef struct exec_op {
-    uint8_t op;    /* exec_opcode_t */
+    uint8_t op; /* exec_opcode_t */
     uint8_t nsrc;
     uint8_t ndst;
     uint8_t proto; /* packet ops: EXEC_PROTO_LL8 / LL16 */

@@ -4,8 +4,8 @@
  * (it moves bytes), run on cchan's collectives when the communicator has them and cchan_coll says
  * it supports the size (a loaded execution plan first, CCHAN_COLL_PLANS); AllToAll and Broadcast
  * run on a loaded plan where one fits; everything else goes to the fallback NCCL. The choice
- * depends only on the call's arguments and the communicator, so every rank makes the same one. CCHAN_DEBUG=INFO logs
- * the path of every (operation, size) when it changes; TRACE logs every call.
+ * depends only on the call's arguments and the communicator, so every rank makes the same one.
+ * CCHAN_DEBUG=INFO logs the path of every (operation, size) when it changes; TRACE logs every call.
  */
 #include <stdio.h>
 #include <string.h>
@@ -293,10 +293,10 @@ static ncclResult_t plan_or_forward(shim_op_t op, const void *send, void *recv, 
     } else if (count && elem && bytes % 2 == 0) {
         cchan_coll_dtype_t cdt = bytes % 4 == 0 ? CCHAN_COLL_F32 : CCHAN_COLL_F16;
         size_t ccount = bytes / (cdt == CCHAN_COLL_F32 ? 4 : 2);
-        int rc = op == OP_ALLTOALL
-                     ? cchan_coll_alltoall(comm->coll, send, recv, ccount, cdt, (void *)stream)
-                     : cchan_coll_broadcast(comm->coll, send, recv, ccount, cdt, root,
-                                            (void *)stream);
+        int rc =
+            op == OP_ALLTOALL
+                ? cchan_coll_alltoall(comm->coll, send, recv, ccount, cdt, (void *)stream)
+                : cchan_coll_broadcast(comm->coll, send, recv, ccount, cdt, root, (void *)stream);
         if (rc == 0) {
             char detail[160];
             snprintf(detail, sizeof detail, "plan %s", cchan_coll_last_plan(comm->coll));

@@ -34,7 +34,9 @@ static int g_rank, g_n, g_fail, g_checks;
         }                                                                                          \
     } while (0)
 
-static float val(int r, size_t i, int seed) { return (float)((int)((i * 7 + r * 13 + seed) % 17) - 8); }
+static float val(int r, size_t i, int seed) {
+    return (float)((int)((i * 7 + r * 13 + seed) % 17) - 8);
+}
 
 static const char *nz(const char *s) { return s ? s : "(native)"; }
 
@@ -75,7 +77,8 @@ int main(int argc, char **argv) {
         size_t n = counts[k];
         for (size_t i = 0; i < n; i++) send[i] = val(g_rank, i, k);
         const char *want = cchan_coll_plan_name(c, CCHAN_COLL_ALLREDUCE, n * 4, send, recv);
-        cchan_coll_algo_t sel = cchan_coll_select_buffers(c, CCHAN_COLL_ALLREDUCE, n * 4, send, recv);
+        cchan_coll_algo_t sel =
+            cchan_coll_select_buffers(c, CCHAN_COLL_ALLREDUCE, n * 4, send, recv);
         CHECK(cchan_coll_allreduce(c, send, recv, n, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL));
         const char *ran = cchan_coll_last_plan(c);
         EXPECT(want && ran && !strcmp(want, ran) && sel == CCHAN_COLL_PLAN,
@@ -96,7 +99,8 @@ int main(int argc, char **argv) {
            nz(cchan_coll_last_plan(c)));
     /* an odd size no plan's granularity fits: native */
     CHECK(cchan_coll_allreduce(c, send, recv, 1023, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL));
-    EXPECT(cchan_coll_last_plan(c) == NULL, "1023 floats ran on plan %s", nz(cchan_coll_last_plan(c)));
+    EXPECT(cchan_coll_last_plan(c) == NULL, "1023 floats ran on plan %s",
+           nz(cchan_coll_last_plan(c)));
 
     /* AllGather */
     {
@@ -118,7 +122,8 @@ int main(int argc, char **argv) {
         const char *ran = cchan_coll_last_plan(c);
         int bad = 0;
         for (int r = 0; st == 0 && r < g_n; r++)
-            for (size_t i = 0; i < n; i++) bad += recv[(size_t)r * n + i] != val(r, (size_t)g_rank * n + i, 9);
+            for (size_t i = 0; i < n; i++)
+                bad += recv[(size_t)r * n + i] != val(r, (size_t)g_rank * n + i, 9);
         EXPECT(st == 0 && ran && bad == 0, "alltoall: %d (%s) on %s: %d wrong", st,
                cchan_coll_last_error(), nz(ran), bad);
         if (g_rank == 0) printf("alltoall  %7zu floats: %s\n", n, nz(ran));

@@ -117,7 +117,8 @@ static int run_case(cchan_exec_t *ex, const cchan_exec_plan_info_t *in, bufs_t *
     uint64_t out_bytes = out_count * es;
     uint8_t *recv = b->recv;
     uint8_t *send = b->send;
-    if (in->inplace) send = in->collective == CCHAN_EXEC_ALLGATHER ? recv + (uint64_t)g_rank * in_bytes : recv;
+    if (in->inplace)
+        send = in->collective == CCHAN_EXEC_ALLGATHER ? recv + (uint64_t)g_rank * in_bytes : recv;
     memset(recv, 0xEE, out_bytes);
     memset(recv + out_bytes, GUARD_BYTE, GUARD);
     for (uint64_t i = 0; i < count; i++) store(send, i, value(seed, g_rank, i, dt), dt);
@@ -142,8 +143,8 @@ static int run_case(cchan_exec_t *ex, const cchan_exec_plan_info_t *in, bufs_t *
            (unsigned long long)count, bad, (unsigned long long)out_count);
     int gbad = 0;
     for (int g = 0; g < GUARD; g++) gbad += recv[out_bytes + g] != GUARD_BYTE;
-    EXPECT(gbad == 0, "%s dt %d count %llu: %d guard bytes after the output overwritten",
-           in->name, (int)dt, (unsigned long long)count, gbad);
+    EXPECT(gbad == 0, "%s dt %d count %llu: %d guard bytes after the output overwritten", in->name,
+           (int)dt, (unsigned long long)count, gbad);
     return 0;
 }
 
@@ -203,8 +204,7 @@ static void test_plan(cchan_comm_t *comm, const char *path, bufs_t *b, uint64_t 
     CHECK(cchan_exec_deregister(ex, b->recv));
     CHECK(cchan_exec_destroy(ex));
     (*ran)++;
-    if (g_rank == 0)
-        printf("%-28s %d ranks: %d sizes x %d runs\n", in.name, g_nranks, cases, runs);
+    if (g_rank == 0) printf("%-28s %d ranks: %d sizes x %d runs\n", in.name, g_nranks, cases, runs);
     cchan_exec_plan_free(plan);
 }
 

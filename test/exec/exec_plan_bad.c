@@ -122,8 +122,8 @@ int main(void) {
        "this rank");
     E1("no other end", "ranks.1.channels.1.index", "1", -EINVAL, "ranks[0].channels[1].peer",
        "the other end");
-    E1("signal without wait", "ranks.1.threadblocks.0.ops.1", NULL, -EINVAL,
-       "ranks[0].channels[0]", "every signal needs one wait");
+    E1("signal without wait", "ranks.1.threadblocks.0.ops.1", NULL, -EINVAL, "ranks[0].channels[0]",
+       "every signal needs one wait");
     E1("disagreeing barriers", "ranks.1.threadblocks.1.ops.8", NULL, -EINVAL, "ranks[1]",
        "barriers");
     E1("release without acquire", "ranks.0.threadblocks.1.ops.1", NULL, -EINVAL,
@@ -135,15 +135,15 @@ int main(void) {
     E1("nested loop", "ranks.0.threadblocks.1.ops.4", "{\"op\":\"loop\",\"body\":1}", -EINVAL,
        "ranks[0].threadblocks[1].ops[4].op", "do not nest");
     E1("loop without loop_unit", "loop_unit", "0", -EINVAL, "loop_unit is 0", NULL);
-    E1("ref not in remote_buffers", "ranks.0.channels.0.remote_buffers", "[\"scratch\"]",
-       -EINVAL, "ranks[0].threadblocks[0].ops[2].dst[0].buf", "remote_buffers");
+    E1("ref not in remote_buffers", "ranks.0.channels.0.remote_buffers", "[\"scratch\"]", -EINVAL,
+       "ranks[0].threadblocks[0].ops[2].dst[0].buf", "remote_buffers");
     E1("input in place", "inplace", "true", -EINVAL, "in-place", NULL);
     E1("switch channel", "ranks.0.channels.1.type", "\"switch\"", CCHAN_ERR_UNSUPPORTED,
        "ranks[0].channels[1].type", "switch");
     E1("op on the wrong channel type", "ranks.0.threadblocks.1.ops.6.ch", "0", -EINVAL,
        "ranks[0].threadblocks[1].ops[6].ch", "needs a port channel");
-    E1("tbg_index >= tbg_size", "ranks.0.threadblocks.1.ops.0.tbg_index", "2", -EINVAL,
-       "tbg_index", "tbg_size is 2");
+    E1("tbg_index >= tbg_size", "ranks.0.threadblocks.1.ops.0.tbg_index", "2", -EINVAL, "tbg_index",
+       "tbg_size is 2");
     E1("packets without factor 2", "scratch_chunk_factor", "1", -EINVAL, "protocol",
        "scratch_chunk_factor is 1");
     E1("granularity", "granularity", "24", -EINVAL, "granularity", "24");

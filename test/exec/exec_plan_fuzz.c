@@ -89,7 +89,8 @@ static void walk(json_t *v, json_t *parent, const char *key, size_t index, uint3
         json_t *c;
         json_object_foreach(v, k, c) walk(c, v, k, 0, left, out);
     } else if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) walk(json_array_get(v, i), v, NULL, i, left, out);
+        for (size_t i = 0; i < json_array_size(v); i++)
+            walk(json_array_get(v, i), v, NULL, i, left, out);
     }
 }
 
@@ -116,9 +117,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         spot_t s = {0};
         walk(root, NULL, NULL, 0, &left, &s);
         if (!s.value) continue;
-        static const long long edge[] = {-1, 0, 1, 2, 3, 7, 8, 15, 16, 17, 63, 64, 65, 127, 128,
-                                         255, 256, 4096, 65535, 65536, 2147483647LL,
-                                         4294967296LL, 9223372036854775807LL};
+        static const long long edge[] = {-1,
+                                         0,
+                                         1,
+                                         2,
+                                         3,
+                                         7,
+                                         8,
+                                         15,
+                                         16,
+                                         17,
+                                         63,
+                                         64,
+                                         65,
+                                         127,
+                                         128,
+                                         255,
+                                         256,
+                                         4096,
+                                         65535,
+                                         65536,
+                                         2147483647LL,
+                                         4294967296LL,
+                                         9223372036854775807LL};
         switch (what % 8) {
         case 0: set(&s, json_integer(edge[arg % (sizeof edge / sizeof edge[0])])); break;
         case 1:

@@ -116,13 +116,14 @@ static xg_call_t xg_layout(const gt_ctx_t *ctx, const cchan_exec_plan_info_t *in
     c.send = g_xg.send;
     if (in->inplace)
         c.send = in->collective == CCHAN_EXEC_ALLGATHER ? c.recv + (uint64_t)ctx->rank * c.in_bytes
-                                                         : c.recv;
+                                                        : c.recv;
     return c;
 }
 
 /* Host input -> device (and the output area poisoned, guard bytes after it). */
 static void xg_prepare(gt_ctx_t *ctx, const xg_call_t *c, cchan_exec_dtype_t dt, uint64_t seed) {
-    for (uint64_t i = 0; i < c->count; i++) xg_store(g_xg.h_in, i, xg_value(seed, ctx->rank, i, dt), dt);
+    for (uint64_t i = 0; i < c->count; i++)
+        xg_store(g_xg.h_in, i, xg_value(seed, ctx->rank, i, dt), dt);
     GT_CUDA(cudaMemsetAsync(c->recv, 0xEE, c->out_bytes, ctx->stream));
     GT_CUDA(cudaMemsetAsync(c->recv + c->out_bytes, XG_GUARD_BYTE, XG_GUARD, ctx->stream));
     GT_CUDA(cudaMemcpyAsync(c->send, g_xg.h_in, c->in_bytes, cudaMemcpyHostToDevice, ctx->stream));
@@ -194,7 +195,8 @@ static void xg_correct_plan(gt_ctx_t *ctx, cchan_exec_t *ex, const cchan_exec_pl
         size_t es = cchan_exec_dtype_size(dts[d]);
         uint64_t sizes[8];
         int ns = 0;
-        for (size_t m = 0; m < sizeof mult / sizeof mult[0]; m++) sizes[ns++] = in->granularity * mult[m];
+        for (size_t m = 0; m < sizeof mult / sizeof mult[0]; m++)
+            sizes[ns++] = in->granularity * mult[m];
         if (in->loop_unit && d == 0) /* three iterations of every loop */
             sizes[ns++] = (2 * in->loop_unit + in->granularity / in->in_chunks) * in->in_chunks;
         for (int s = 0; s < ns; s++) {
@@ -249,7 +251,9 @@ static void xg_graph_plan(gt_ctx_t *ctx, cchan_exec_t *ex, const cchan_exec_plan
 
 static void case_graph(gt_ctx_t *ctx) { xg_each_plan(ctx, xg_graph_plan); }
 
-static int xg_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int xg_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void xg_setup(gt_ctx_t *ctx) {
     const char *dir = getenv("CCHAN_EXEC_PLAN_DIR");
