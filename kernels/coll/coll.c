@@ -209,7 +209,8 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
         (c->nranks > 1 && (st = coll_setup_sems(c, where)) < 0) ||
         (c->platform == CCHAN_PLATFORM_CUDA && (st = colli_ce_create(c->device, &c->ce)) < 0) ||
         (getenv("CCHAN_COLL_PLANS") && *getenv("CCHAN_COLL_PLANS") &&
-         (st = colli_plans_load(comm, &c->plans, getenv("CCHAN_COLL_PLANS"), where)) < 0)) {
+         (st = colli_plans_load(comm, &c->plans, getenv("CCHAN_COLL_PLANS"),
+                                "cchan_coll_create: CCHAN_COLL_PLANS")) < 0)) {
         coll_release(c);
         return st;
     }
