@@ -115,9 +115,9 @@ int cchan_exec_deregister(cchan_exec_t *exec, void *ptr);
  * plans take recv == send (AllReduce, Broadcast) or send == recv + rank * in_bytes (AllGather).
  * `stream` is a cudaStream_t (NULL: the default stream); on the host platform the call returns when
  * the plan has run. Runs of one executor must be ordered (one stream, or synchronized): they share
- * its scratch, semaphores and LL epochs. Every rank calls it with the same count and dtype. The first run on new
- * buffers (and the first at a larger size) sets up state collectively and synchronously: do it
- * before capturing a CUDA graph. */
+ * its scratch, semaphores and LL epochs. Every rank calls it with the same count and dtype. The
+ * first run on new buffers (and the first at a larger size) sets up state collectively and
+ * synchronously: do it before capturing a CUDA graph. */
 int cchan_exec_run(cchan_exec_t *exec, const void *send, void *recv, size_t count,
                    cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream);
 
