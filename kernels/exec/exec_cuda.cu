@@ -107,33 +107,33 @@ int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint3
                       uint32_t smem, int cooperative, int pdl, void *stream) {
     int st = set_device(device);
     if (st) return st;
-    cudaError_t e;
     int major = 0;
-    if (pdl && !cooperative &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        major >= 9) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3(nblocks);
-        cfg.blockDim = dim3(nthreads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = (cudaStream_t)stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, exec_kernel, *a);
-        return e == cudaSuccess ? 0 : cuda_err(e, "interpreter kernel launch (programmatic)");
-    }
+    if (pdl &&
+        (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+         major < 9))
+        pdl = 0;
+    /* one launch path for the three kinds, all of them capturable in a CUDA graph */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
     if (cooperative) {
-        exec_kargs_t args = *a;
-        void *params[] = {&args};
-        e = cudaLaunchCooperativeKernel((const void *)exec_kernel, dim3(nblocks), dim3(nthreads),
-                                        params, smem, (cudaStream_t)stream);
-        if (e != cudaSuccess) return cuda_err(e, "cudaLaunchCooperativeKernel");
-        return 0;
+        /* blocks that wait on one another: all resident (execi_cuda_prepare checked they fit) */
+        attr[n].id = cudaLaunchAttributeCooperative;
+        attr[n++].val.cooperative = 1;
+    } else if (pdl) {
+        /* a programmatic dependent of the stream's previous kernel (exec_pdl_enter) */
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    exec_kernel<<<nblocks, nthreads, smem, (cudaStream_t)stream>>>(*a);
-    e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : cuda_err(e, "interpreter kernel launch");
+    cfg.gridDim = dim3(nblocks);
+    cfg.blockDim = dim3(nthreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    cfg.attrs = n ? attr : NULL;
+    cfg.numAttrs = n;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, exec_kernel, *a);
+    if (e != cudaSuccess)
+        return cuda_err(e, cooperative ? "interpreter kernel launch (cooperative)"
+                                       : "interpreter kernel launch");
+    return 0;
 }
