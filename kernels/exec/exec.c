@@ -797,7 +797,7 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
 int cchan_exec_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
                      cchan_exec_dtype_t dtype) {
     execi_clear_error();
-    uint64_t ib, ob;
+    uint64_t ib = 0, ob = 0;
     return run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, "cchan_exec_check");
 }
 
@@ -806,7 +806,7 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     static const char *where = "cchan_exec_run";
     execi_clear_error();
     if (e && count == 0) return 0;
-    uint64_t in_bytes, out_bytes;
+    uint64_t in_bytes = 0, out_bytes = 0;
     int cst = run_check(e, send, recv, count, dtype, op, &in_bytes, &out_bytes, where);
     if (cst) return cst;
     const cchan_exec_plan_t *p = e->plan;

@@ -175,8 +175,8 @@ enum { NEED_NONE = 0, NEED_LOCAL = 1, NEED_REMOTE = 2, NEED_ANY = 3 };
 static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_t *rk, int inplace,
                      const json_t *j, exec_ref_t *out) {
     if (!json_is_object(j)) return bad(c, "", "is %s, want a ref object", json_kind(j));
-    int buf;
-    int64_t chunk, count, stride = 1, ch = -1;
+    int buf = 0;
+    int64_t chunk = 0, count = 1, stride = 1, ch = -1;
     int st;
     if ((st = get_enum(c, j, "buf", 1, exec_buf_names, EXEC_NBUF, &buf)) < 0) return st;
     if ((st = get_int(c, j, "chunk", 1, 0, INT32_MAX, &chunk)) < 0) return st;
@@ -309,7 +309,7 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
                     const json_t *j, exec_op_t *o, exec_ref_t *refs, uint32_t *nrefs,
                     uint32_t cap_refs) {
     (void)rank;
-    int st, opc;
+    int st, opc = 0;
     if (!json_is_object(j)) return bad(c, "", "is %s, want an op object", json_kind(j));
     if ((st = get_enum(c, j, "op", 1, exec_op_names, EXEC_OP_COUNT, &opc)) < 0) return st;
     const op_shape_t *sh = &exec_shapes[opc];
@@ -371,7 +371,7 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
     o->tbg_size = (uint16_t)tbs;
     o->body = (uint16_t)body;
 
-    json_t *src, *dst;
+    json_t *src = NULL, *dst = NULL;
     if ((st = get_array(c, j, "src", 0, &src)) < 0) return st;
     if ((st = get_array(c, j, "dst", 0, &dst)) < 0) return st;
     size_t ns = src ? json_array_size(src) : 0, nd = dst ? json_array_size(dst) : 0;
@@ -408,7 +408,7 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
 static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     exec_rank_desc_t *rk = &p->ranks[r];
     int st;
-    int64_t v;
+    int64_t v = 0;
     if (!json_is_object(j)) return bad(c, "", "is %s, want a rank object", json_kind(j));
     if ((st = get_int(c, j, "rank", 1, 0, INT32_MAX, &v)) < 0) return st;
     if (v != r)
@@ -424,7 +424,7 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     if ((st = get_int(c, j, "semaphores", 1, 0, 4096, &v)) < 0) return st;
     rk->semaphores = (uint32_t)v;
 
-    json_t *chs, *tbs;
+    json_t *chs = NULL, *tbs = NULL;
     if ((st = get_array(c, j, "channels", 1, &chs)) < 0) return st;
     if ((st = get_array(c, j, "threadblocks", 1, &tbs)) < 0) return st;
     size_t nch = json_array_size(chs);
@@ -439,7 +439,7 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
         path_push(c, &save, ".channels[%zu]", i);
         const json_t *cj = json_array_get(chs, i);
         exec_chan_desc_t *cd = &rk->ch[i];
-        int t;
+        int t = 0;
         if (!json_is_object(cj)) {
             st = bad(c, "", "is %s, want a channel object", json_kind(cj));
             goto ch_out;
@@ -460,10 +460,10 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
             goto ch_out;
         }
         cd->peer = (int)v;
-        json_t *rb;
+        json_t *rb = NULL;
         if ((st = get_array(c, cj, "remote_buffers", 1, &rb)) < 0) goto ch_out;
         for (size_t k = 0; k < json_array_size(rb); k++) {
-            int b;
+            int b = 0;
             size_t s2;
             path_push(c, &s2, ".remote_buffers");
             json_t *wrap = json_pack("{sO}", "b", json_array_get(rb, k));
@@ -518,7 +518,7 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
         size_t save;
         path_push(c, &save, ".threadblocks[%zu]", b);
         const json_t *bj = json_array_get(tbs, b);
-        json_t *ops;
+        json_t *ops = NULL;
         exec_block_t *bd = &rk->blocks[b];
         if (!json_is_object(bj)) {
             st = bad(c, "", "is %s, want a threadblock object", json_kind(bj));
@@ -729,11 +729,11 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     c->where = where;
     c->path[0] = 0;
     int st;
-    int64_t v;
+    int64_t v = 0;
     if (!json_is_object(root))
         return bad(c, "(document)", "is %s, want an object", json_kind(root));
     static const char *const fmt[] = {"cchan.plan"};
-    int e;
+    int e = 0;
     if ((st = get_enum(c, root, "format", 1, fmt, 1, &e)) < 0) return st;
     if ((st = get_int(c, root, "version", 1, INT64_MIN, INT64_MAX, &v)) < 0) return st;
     if (v != 1)
@@ -762,7 +762,7 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     if ((st = get_bool(c, root, "inplace", &p->inplace)) < 0) return st;
     static const char *const ops[] = {"sum"};
     if ((st = get_enum(c, root, "reduce_op", 1, ops, 1, &e)) < 0) return st;
-    int64_t mn, mx, al, gr, lu;
+    int64_t mn = 0, mx = 0, al = 16, gr = 16, lu = 0;
     if ((st = get_int(c, root, "min_bytes", 1, 0, INT64_MAX, &mn)) < 0) return st;
     if ((st = get_int(c, root, "max_bytes", 1, 0, INT64_MAX, &mx)) < 0) return st;
     if (mx && mx < mn)
@@ -799,7 +799,7 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     if ((st = get_int(c, root, "scratch_chunk_factor", 1, 1, 2, &v)) < 0) return st;
     p->scratch_factor = (uint32_t)v;
     if ((st = get_bool(c, root, "ll_double_buffer", &p->ll_double_buffer)) < 0) return st;
-    json_t *ranks;
+    json_t *ranks = NULL;
     if ((st = get_array(c, root, "ranks", 1, &ranks)) < 0) return st;
     if (json_array_size(ranks) != (size_t)p->nranks)
         return bad(c, "ranks", "%zu entries, but nranks is %d", json_array_size(ranks), p->nranks);
