@@ -82,12 +82,13 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
         if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute(shared memory)");
     }
     /* Blocks that wait on other blocks of the grid (the plan's semaphores) must all be resident
-     * at once: cross-rank waits alone are satisfied by the peers' blocks, whatever the order. */
-    if (!cooperative) return 0;
+     * at once: a cooperative launch guarantees it. Without such semaphores a block still waits on
+     * peers whose blocks may wait on another block of this grid, so the grid must fit the device
+     * at once either way (it is refused, not left to hang). */
     int coop = 0, sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (!coop)
+    if (cooperative && !coop)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
                            "the plan's blocks wait on one another (semaphores between blocks), "
                            "which needs a cooperative launch, and device %d does not support it",
@@ -97,7 +98,7 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
     if (e != cudaSuccess) return cuda_err(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     if ((long long)per_sm * sms < (long long)nblocks)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
-                           "the plan's %u blocks wait on one another and must all be resident, "
+                           "the plan's %u blocks (plan blocks x instances) must all be resident, "
                            "but device %d holds %d blocks of %u threads at once (%d SMs x %d)",
                            nblocks, device, per_sm * sms, nthreads, sms, per_sm);
     return 0;
