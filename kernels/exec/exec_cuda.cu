@@ -1,8 +1,10 @@
 /* cchan_exec on CUDA: the interpreter kernel, its launch, and the device memory helpers. A failed
  * device wait traps (wait.h), so the blocks' return values carry nothing here. */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "exec_internal.h"
 
@@ -72,6 +74,44 @@ int execi_cuda_sync(int device) {
     return e == cudaSuccess ? 0 : cuda_err(e, "cudaDeviceSynchronize");
 }
 
+/* Driver entry points through the runtime (no libcuda linked here); NULL where the driver lacks
+ * one. */
+static void *exec_driver_fn(const char *name, unsigned version) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return fn;
+}
+
+/* The SMs this context may use: the SM-count execution affinity (what an MPS active-thread
+ * percentage leaves) and a green context's SM resource, the smaller, else the device's. */
+static int exec_ctx_sms(int dev_sms) {
+    typedef CUresult (*get_current_fn)(CUcontext *);
+    typedef CUresult (*get_res_fn)(CUcontext, CUdevResource *, CUdevResourceType);
+    typedef CUresult (*get_aff_fn)(CUexecAffinityParam *, CUexecAffinityType);
+    int sms = dev_sms;
+    get_current_fn get_current = (get_current_fn)exec_driver_fn("cuCtxGetCurrent", 4000);
+    CUcontext ctx = NULL;
+    if (get_current && get_current(&ctx) == CUDA_SUCCESS && ctx) {
+        get_res_fn get_res = (get_res_fn)exec_driver_fn("cuCtxGetDevResource", 12040);
+        CUdevResource res;
+        memset(&res, 0, sizeof res);
+        if (get_res && get_res(ctx, &res, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS &&
+            res.sm.smCount > 0 && (int)res.sm.smCount < sms)
+            sms = (int)res.sm.smCount;
+    }
+    get_aff_fn get_aff = (get_aff_fn)exec_driver_fn("cuCtxGetExecAffinity", 11040);
+    CUexecAffinityParam aff;
+    memset(&aff, 0, sizeof aff);
+    if (get_aff && get_aff(&aff, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS &&
+        aff.param.smCount.val > 0 && (int)aff.param.smCount.val < sms)
+        sms = (int)aff.param.smCount.val;
+    return sms;
+}
+
 int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
                        int cooperative) {
     int st = set_device(device);
@@ -88,6 +128,8 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
     int coop = 0, sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaFree(0); /* the context exists before its SMs are asked */
+    sms = exec_ctx_sms(sms);
     if (cooperative && !coop)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
                            "the plan's blocks wait on one another (semaphores between blocks), "
@@ -99,7 +141,8 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
     if ((long long)per_sm * sms < (long long)nblocks)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
                            "the plan's %u blocks (plan blocks x instances) must all be resident, "
-                           "but device %d holds %d blocks of %u threads at once (%d SMs x %d)",
+                           "but device %d holds %d blocks of %u threads at once here (%d SMs this "
+                           "context may use x %d)",
                            nblocks, device, per_sm * sms, nthreads, sms, per_sm);
     return 0;
 }
