@@ -3,13 +3,19 @@
 # Downstream CMake:   find_package(cchan 0.1 CONFIG REQUIRED)
 #                     target_link_libraries(app PRIVATE cchan::cchan)    # runtime + headers
 #                     target_link_libraries(kernels PRIVATE cchan::headers)  # device headers only
-#                     target_link_libraries(app PRIVATE cchan::coll)     # or cchan::moe, cchan::fused
-# Downstream make:    cc app.c $(pkg-config --cflags --libs cchan)      # or cchan-coll, -moe, -fused
+#                     target_link_libraries(app PRIVATE cchan::coll)     # or cchan::moe, cchan::fused, cchan::exec
+# Downstream make:    cc app.c $(pkg-config --cflags --libs cchan)      # or cchan-coll, -moe, -fused, -exec
 # Both are relocatable: the installed tree may be moved as a whole.
 include(CMakePackageConfigHelpers)
 set(CCHAN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cchan)
 
-install(TARGETS cchan cchan_headers cchan-run cchan_coll cchan_moe cchan_fused_rmsnorm
+set(cchan_install_targets cchan cchan_headers cchan-run cchan_coll cchan_moe cchan_fused_rmsnorm)
+set(cchan_pc_libs coll moe fused)
+if(TARGET cchan_exec) # left out without jansson (CCHAN_REQUIRE_JANSSON=OFF)
+  list(APPEND cchan_install_targets cchan_exec)
+  list(APPEND cchan_pc_libs exec)
+endif()
+install(TARGETS ${cchan_install_targets}
   EXPORT cchanTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   PUBLIC_HEADER DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
@@ -48,7 +54,7 @@ endforeach()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/cchan.pc.in ${PROJECT_BINARY_DIR}/cchan.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/cchan.pc DESTINATION ${CCHAN_PC_DIR})
 # One file per kernel library: Requires cchan, links the library.
-foreach(lib coll moe fused)
+foreach(lib ${cchan_pc_libs})
   set(CCHAN_PC_LIB ${lib})
   set(CCHAN_PC_LIBNAME cchan_${lib})
   if(lib STREQUAL "fused")

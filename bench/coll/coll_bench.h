@@ -13,6 +13,9 @@
 
 #include "cchan/cchan.h"
 #include "cchan_coll.h"
+#ifdef CCB_HAVE_EXEC
+#include "cchan_exec.h"
+#endif
 #include "cchan_fused.h"
 #include "nccl_dyn.h"
 
@@ -54,6 +57,9 @@ typedef struct ccb_opts {
     char sweep_name[32]; /* --sweep NAME=V1,V2,...: every cchan row once per value */
     int64_t sweep[CCB_MAX_LIST];
     int nsweep;
+    const char *plans[CCB_MAX_LIST]; /* --plan FILE (repeatable): against the native kernel (-a)
+                                        and NCCL, every plan in the same run */
+    int nplans;
 } ccb_opts_t;
 
 /* One cchan figure: median time per operation and what the check found. */

@@ -776,6 +776,160 @@ static void bench_fused(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll) {
                     "ran, else cchan + kernel): below 1 the fused kernel wins\n");
 }
 
+#ifdef CCB_HAVE_EXEC
+/* ---------------------------------------------------------------- --plan: an execution plan
+ * The plan (cchan_exec), the native cchan_coll kernel of -a (auto by default) and NCCL, each size
+ * side by side in one run, on the same registered buffers; the plan's output is checked against
+ * the host reference first (AllReduce, AllGather, ReduceScatter). */
+
+typedef struct plan_arg {
+    op_arg_t a; /* first: check_op() and the native launchers take it */
+    cchan_exec_t *ex;
+    size_t in_count; /* elements of one rank's input */
+} plan_arg_t;
+
+static int launch_plan(void *p, void *stream) {
+    plan_arg_t *pa = (plan_arg_t *)p;
+    int st = cchan_exec_run(pa->ex, pa->a.send, pa->a.recv, pa->in_count,
+                            (cchan_exec_dtype_t)pa->a.dtype, CCHAN_EXEC_SUM, stream);
+    if (st < 0)
+        fprintf(stderr, "cchan-coll-bench: rank %d: plan run (%zu elements): %s: %s\n",
+                pa->a.ctx->rank, pa->in_count, cchan_strerror(st), cchan_exec_last_error());
+    return st;
+}
+
+static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
+                       void *sendbuf, void *recvbuf, size_t bufbytes) {
+    const ccb_opts_t *o = &ctx->opt;
+    const int n = ctx->nranks;
+    cchan_exec_plan_t *plan;
+    int st = cchan_exec_plan_load_file(file, &plan);
+    if (st < 0) ccb_die(ctx, "--plan %s: %s", file, cchan_exec_last_error());
+    cchan_exec_plan_info_t in;
+    cchan_exec_plan_info(plan, &in);
+    cchan_exec_t *ex;
+    st = cchan_exec_create(ctx->comm, plan, &ex);
+    if (st < 0) ccb_die(ctx, "cchan_exec_create(%s): %s", file, cchan_exec_last_error());
+    ccb_check_status(ctx, cchan_exec_register(ex, sendbuf, bufbytes), "cchan_exec_register");
+    ccb_check_status(ctx, cchan_exec_register(ex, recvbuf, bufbytes), "cchan_exec_register");
+    unsigned op = in.collective == CCHAN_EXEC_ALLREDUCE       ? CCB_OP_ALLREDUCE
+                  : in.collective == CCHAN_EXEC_ALLGATHER     ? CCB_OP_ALLGATHER
+                  : in.collective == CCHAN_EXEC_REDUCESCATTER ? CCB_OP_REDUCESCATTER
+                                                              : 0;
+    cchan_coll_algo_t algo = o->algo >= 0 ? (cchan_coll_algo_t)o->algo : CCHAN_COLL_AUTO;
+    uint64_t sizes[128];
+    int nsizes = sweep(o, sizes, 128);
+    for (int d = 0; d < o->ndtypes; d++) {
+        int dtype = o->dtypes[d];
+        size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype);
+        ccb_printf(
+            ctx,
+            "#\n# plan %s (%s, %d blocks x %d instances%s) against cchan_coll %s%s and NCCL, "
+            "%s, %d ranks; times in us\n",
+            in.name, cchan_exec_collective_name(in.collective), (int)in.nblocks,
+            cchan_exec_instances(ex), in.inplace ? ", in place" : "",
+            op ? cchan_coll_algo_name(algo) : "(none)",
+            op ? "" : " (no native kernel for this collective)", dtype_name(dtype), n);
+        ccb_printf(ctx, "# %12s %12s %6s %10s %10s %10s %11s %11s\n", "size", "in_bytes", "check",
+                   "plan", "native", "nccl", "plan/native", "plan/nccl");
+        double ratio_sum = 0, ratio_max = 0;
+        uint64_t ratio_max_at = 0;
+        int ratio_n = 0;
+        for (int si = 0; si < nsizes; si++) {
+            /* nccl-tests' size: the larger buffer (AllGather: the output) */
+            uint64_t ib =
+                in.collective == CCHAN_EXEC_ALLGATHER ? sizes[si] / (uint64_t)n : sizes[si];
+            ib = ib / in.granularity * in.granularity;
+            uint64_t ob = ib / in.in_chunks * in.out_chunks;
+            if (ib == 0 || ib % es || ob + CCB_GUARD > bufbytes || ib + CCB_GUARD > bufbytes)
+                continue;
+            plan_arg_t pa;
+            memset(&pa, 0, sizeof pa);
+            pa.a.ctx = ctx;
+            pa.a.coll = coll;
+            pa.a.op = op ? op : CCB_OP_ALLREDUCE;
+            pa.a.dtype = dtype;
+            pa.a.algo = (int)algo;
+            if (op && algo == CCHAN_COLL_AUTO) {
+                /* the native kernel AUTO would pick: never a loaded plan (CCHAN_COLL_PLANS) */
+                cchan_coll_op_t cop = op == CCB_OP_ALLREDUCE   ? CCHAN_COLL_ALLREDUCE
+                                      : op == CCB_OP_ALLGATHER ? CCHAN_COLL_ALLGATHER
+                                                               : CCHAN_COLL_REDUCESCATTER;
+                uint64_t full = ob > ib ? ob : ib;
+                cchan_coll_algo_t na = cchan_coll_select_buffers(coll, cop, full, sendbuf, recvbuf);
+                pa.a.algo = (int)(na == CCHAN_COLL_PLAN ? cchan_coll_select(coll, cop, full) : na);
+            }
+            pa.ex = ex;
+            pa.in_count = (size_t)(ib / es);
+            pa.a.count = op == CCB_OP_REDUCESCATTER ? pa.in_count / (size_t)n : pa.in_count;
+            int64_t wrong = -1, oob = -1;
+            if (o->check && op) {
+                wrong = check_op(ctx, dev, &pa.a, in.inplace, sendbuf, recvbuf, &oob, launch_plan);
+                int64_t tw = ccb_sum_over_ranks(ctx, wrong < 0 ? 1 : wrong);
+                int64_t to = ccb_sum_over_ranks(ctx, oob < 0 ? 0 : oob);
+                ctx->wrong_total += tw;
+                ctx->oob_total += to;
+                wrong = tw + to;
+            }
+            if (in.inplace) {
+                const void *sp;
+                void *rp;
+                in_place_ptrs(pa.a.op, recvbuf, pa.a.count, es, ctx->rank, &sp, &rp);
+                pa.a.send = sp;
+                pa.a.recv = rp;
+            } else {
+                pa.a.send = sendbuf;
+                pa.a.recv = recvbuf;
+            }
+            int graph = o->graph_launches > 0 && sizes[si] <= o->graph_max;
+            double t_plan = time_op(ctx, dev, &pa, launch_plan, graph);
+            double t_nat = -1, t_nccl = -1;
+            if (op && cchan_coll_supported(coll,
+                                           (cchan_coll_op_t)(op == CCB_OP_ALLREDUCE   ? 0
+                                                             : op == CCB_OP_ALLGATHER ? 1
+                                                                                      : 2),
+                                           algo, ob > ib ? ob : ib))
+                t_nat = time_op(ctx, dev, &pa.a, launch_cchan, graph);
+            if (op && ctx->have_nccl) t_nccl = time_op(ctx, dev, &pa.a, launch_nccl, graph);
+            char chk[16];
+            snprintf(chk, sizeof chk, "%s", wrong < 0 ? "-" : wrong ? "WRONG" : "ok");
+            double r_nat = t_plan > 0 && t_nat > 0 ? t_plan / t_nat : 0;
+            double r_nccl = t_plan > 0 && t_nccl > 0 ? t_plan / t_nccl : 0;
+            if (r_nat > 0) {
+                ratio_sum += r_nat;
+                ratio_n++;
+                if (r_nat > ratio_max) {
+                    ratio_max = r_nat;
+                    ratio_max_at = sizes[si];
+                }
+            }
+            if (wrong > 0) ctx->failed = 1;
+            ccb_printf(ctx, "  %12llu %12llu %6s %10.2f %10.2f %10.2f %11.3f %11.3f\n",
+                       (unsigned long long)sizes[si], (unsigned long long)ib, chk, t_plan, t_nat,
+                       t_nccl, r_nat, r_nccl);
+        }
+        if (ratio_n)
+            ccb_printf(ctx,
+                       "# plan/native: mean %.3f over %d sizes, max %.3f at %llu bytes (%s %s)\n",
+                       ratio_sum / ratio_n, ratio_n, ratio_max, (unsigned long long)ratio_max_at,
+                       in.name, dtype_name(dtype));
+    }
+    dev->sync();
+    ccb_check_status(ctx, cchan_bootstrap_barrier(ctx->bs), "barrier");
+    cchan_exec_deregister(ex, sendbuf);
+    cchan_exec_deregister(ex, recvbuf);
+    ccb_check_status(ctx, cchan_exec_destroy(ex), "cchan_exec_destroy");
+    cchan_exec_plan_free(plan);
+}
+
+#else
+static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
+                       void *sendbuf, void *recvbuf, size_t bufbytes) {
+    (void)dev, (void)coll, (void)sendbuf, (void)recvbuf, (void)bufbytes;
+    ccb_die(ctx, "--plan %s: this build has no cchan_exec (jansson was missing)", file);
+}
+#endif
+
 /* ---------------------------------------------------------------- entry */
 
 int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
@@ -818,7 +972,7 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
     }
 
     unsigned colls = o->ops & (CCB_OP_ALLREDUCE | CCB_OP_ALLGATHER | CCB_OP_REDUCESCATTER);
-    if (colls) {
+    if (colls || o->nplans) {
         /* A whole number of 2 MiB: cudaMalloc maps a size that is not one with small pages,
          * and copy-engine copies between two GPUs that both send then slow down (docs/tuning.md,
          * "2 MiB pages"). nccl-tests' buffers (a power of two) and PyTorch's cached blocks (2 MiB
@@ -839,8 +993,10 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
                 ctx->have_nccl_sym = 0;
             }
         }
+        for (int i = 0; i < o->nplans; i++)
+            bench_plan(ctx, dev, coll, o->plans[i], sendbuf, recvbuf, bytes);
         for (unsigned op = CCB_OP_ALLREDUCE; op <= CCB_OP_REDUCESCATTER; op <<= 1) {
-            if (!(o->ops & op)) continue;
+            if (o->nplans || !(o->ops & op)) continue;
             for (int d = 0; d < o->ndtypes; d++)
                 bench_coll(ctx, dev, coll, op, o->dtypes[d], sendbuf, recvbuf, sym);
         }

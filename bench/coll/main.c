@@ -162,6 +162,10 @@ static void usage(FILE *f) {
             "cudaMalloc\n"
             "                           maps them with small pages; see docs/coll_bench.md)\n"
             "      --host               the host platform (CPU threads) even where GPUs exist\n"
+            "      --plan FILE          an execution plan (cchan_exec) against the native "
+            "kernel of -a and\n"
+            "                           NCCL, size by size (the plan's collective; -o ignored); "
+            "repeatable\n"
             "  -J, --json FILE          write every row as JSON\n"
             "  -h, --help\n"
             "NCCL is loaded at run time (CCHAN_NCCL_LIB, else libnccl.so.2); NCCL_NVLS_ENABLE is "
@@ -278,6 +282,7 @@ static void set_defaults(ccb_opts_t *o) {
 static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
     ccb_opts_t *o = &ctx->opt;
     enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP, OPT_PAD };
+    enum { OPT_PLAN = OPT_PAD + 1 };
     static const struct option longopts[] = {{"op", required_argument, 0, 'o'},
                                              {"datatype", required_argument, 0, 'd'},
                                              {"algo", required_argument, 0, 'a'},
@@ -298,6 +303,7 @@ static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
                                              {"param", required_argument, 0, 'T'},
                                              {"sweep", required_argument, 0, OPT_SWEEP},
                                              {"host", no_argument, 0, OPT_HOST},
+                                             {"plan", required_argument, 0, OPT_PLAN},
                                              {"json", required_argument, 0, 'J'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
@@ -339,6 +345,14 @@ static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
             bad = parse_param(optarg, o->sweep_name, o->sweep, CCB_MAX_LIST, &o->nsweep) != 0;
             break;
         case OPT_HOST: o->force_host = 1; break;
+        case OPT_PLAN:
+            if (o->nplans == CCB_MAX_LIST) {
+                fprintf(stderr, "cchan-coll-bench: at most %d --plan\n", CCB_MAX_LIST);
+                bad = 1;
+            } else {
+                o->plans[o->nplans++] = optarg;
+            }
+            break;
         case 'J': o->json = optarg; break;
         case 'h': usage(stdout); return 0;
         default: bad = 1; break;

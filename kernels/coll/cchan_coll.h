@@ -45,7 +45,8 @@ typedef enum cchan_coll_algo {
     CCHAN_COLL_HB_ALLPAIRS = 2, /* two phase all-pairs, HB memory channels */
     CCHAN_COLL_SWITCH = 3, /* two phase on switch channels (portable path unless NVLS opt-in) */
     CCHAN_COLL_CE_ALLPAIRS = 4, /* copy engines write the peers' outputs, SMs reduce (large) */
-    CCHAN_COLL_ALGO_COUNT = 5
+    CCHAN_COLL_ALGO_COUNT = 5,
+    CCHAN_COLL_PLAN = 100 /* what cchan_coll_select_buffers says when a loaded plan runs the call */
 } cchan_coll_algo_t;
 
 #define CCHAN_COLL_CONFIG_MAGIC 0x63636331u /* "ccc1" */
@@ -95,6 +96,27 @@ cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *coll, cchan_coll
 int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
                          size_t bytes);
 const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
+
+/* Execution plans (docs/executor.md): collective; loads every `<name>.n<ranks>.json` of dir for
+ * this communicator's size, in file-name order, and builds an executor for each (every rank must
+ * see the same files). A call with CCHAN_COLL_AUTO then runs the first loaded plan of its
+ * collective whose size range holds the call and that accepts its buffers, before the native
+ * kernels. cchan_coll_create loads CCHAN_COLL_PLANS=dir the same way. Returns the number of plans
+ * loaded so far, or a negative status (CCHAN_ERR_UNSUPPORTED in a build without cchan_exec). A
+ * plan the device cannot run (its blocks cannot all be resident) is left out. */
+int cchan_coll_load_plans(cchan_coll_t *coll, const char *dir);
+/* The loaded plan an AUTO call on these buffers runs (bytes as cchan_coll_select takes them), or
+ * NULL; cchan_coll_select_buffers then says CCHAN_COLL_PLAN. */
+const char *cchan_coll_plan_name(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes,
+                                 const void *send, const void *recv);
+/* The plan the last call on coll ran, or NULL (a native kernel ran). */
+const char *cchan_coll_last_plan(const cchan_coll_t *coll);
+/* AllToAll (recv[r * count + i] = send of rank r [rank * count + i]) and Broadcast (recv = root's
+ * send) run on loaded plans only: CCHAN_ERR_UNSUPPORTED, with nothing launched, when none fits. */
+int cchan_coll_alltoall(cchan_coll_t *coll, const void *send, void *recv, size_t count,
+                        cchan_coll_dtype_t dtype, void *stream);
+int cchan_coll_broadcast(cchan_coll_t *coll, const void *send, void *recv, size_t count,
+                         cchan_coll_dtype_t dtype, int root, void *stream);
 
 /* Tuning parameters of the copy-engine and zero-copy paths, by name, for measuring sweeps
  * (cchan-coll-bench -T / --sweep). Defaults come from CCHAN_COLL_<NAME> (upper case) in the

@@ -59,6 +59,7 @@ static void coll_free_list(cchan_coll_t *c, coll_reg_t **list) {
 }
 
 static void coll_release(cchan_coll_t *c) {
+    colli_plans_destroy(c->plans);
     if (c->ce) colli_ce_destroy(c->device, c->ce);
     coll_free_list(c, &c->regs);
     if (c->sw_owner) cchan_switch_destroy(c->sw_owner);
@@ -206,7 +207,10 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     }
     if ((st = coll_setup_runtime(c, where)) < 0 || (st = coll_setup_epochs(c, where)) < 0 ||
         (c->nranks > 1 && (st = coll_setup_sems(c, where)) < 0) ||
-        (c->platform == CCHAN_PLATFORM_CUDA && (st = colli_ce_create(c->device, &c->ce)) < 0)) {
+        (c->platform == CCHAN_PLATFORM_CUDA && (st = colli_ce_create(c->device, &c->ce)) < 0) ||
+        (getenv("CCHAN_COLL_PLANS") && *getenv("CCHAN_COLL_PLANS") &&
+         (st = colli_plans_load(comm, &c->plans, getenv("CCHAN_COLL_PLANS"),
+                                "cchan_coll_create: CCHAN_COLL_PLANS")) < 0)) {
         coll_release(c);
         return st;
     }
@@ -257,7 +261,7 @@ int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
     for (int r = 0; r < c->nranks; r++) g->big_pages &= all[r];
     g->next = c->regs;
     c->regs = g;
-    return 0;
+    return colli_plans_register(c->plans, ptr, bytes);
 }
 
 int cchan_coll_deregister(cchan_coll_t *c, void *ptr) {
@@ -269,6 +273,7 @@ int cchan_coll_deregister(cchan_coll_t *c, void *ptr) {
     if (!*pp) return colli_error(-ENOENT, where, "%p was not registered", ptr);
     coll_reg_t *g = *pp;
     *pp = g->next;
+    (void)colli_plans_deregister(c->plans, ptr);
     /* Every rank is done with the buffer (its peers' channels and mappings) before it goes. */
     int st = cchan_bootstrap_barrier(cchan_comm_bootstrap(c->comm));
     coll_reg_free(c, g);

@@ -117,6 +117,8 @@ struct cchan_coll {
     int64_t param[COLL_PARAM_COUNT]; /* cchan_coll_set_param */
     coll_args_t base;                /* fields every call shares */
     coll_reg_t *regs;
+    struct colli_plans *plans; /* execution plans, tried before the native kernels (coll_plan.c) */
+    const char *last_plan;     /* the plan the last call ran, or NULL */
 };
 
 /* coll_param.c: every parameter's default, or its CCHAN_COLL_<NAME> value from the environment
@@ -150,6 +152,22 @@ int colli_run(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a, ui
 int colli_run_barrier(cchan_coll_t *c, const coll_args_t *a, void *stream, const char *where);
 uint32_t colli_hb_grid(const cchan_coll_t *c, size_t bytes_per_rank);
 uint32_t colli_zc_grid(const cchan_coll_t *c, size_t bytes);
+
+/* coll_plan.c: execution plans (cchan_exec) loaded per communicator, tried before the native
+ * kernels. load is collective: the plans of dir for this communicator's size, in file-name order
+ * (a plan the device cannot run is left out on every rank alike); register/deregister follow
+ * cchan_coll_register. colli_plan_try runs the first loaded plan of the collective (cchan_exec's
+ * numbering; root for Broadcast, else -1) whose size range holds in_bytes (one rank's input) and
+ * that accepts the buffers: 0, CCHAN_ERR_UNSUPPORTED when none fits (nothing launched), or its
+ * failure; c->last_plan names what ran. */
+typedef struct colli_plans colli_plans_t;
+int colli_plans_load(cchan_comm_t *comm, colli_plans_t **plans, const char *dir, const char *where);
+void colli_plans_destroy(colli_plans_t *plans);
+int colli_plans_register(colli_plans_t *plans, void *ptr, size_t bytes);
+int colli_plans_deregister(colli_plans_t *plans, void *ptr);
+int colli_plan_try(cchan_coll_t *c, int collective, int root, uint64_t in_bytes, const void *send,
+                   void *recv, size_t in_count, cchan_coll_dtype_t dtype, void *stream,
+                   const char *where);
 
 /* coll_ce.c: CE all-pairs AllReduce and AllGather on registered buffers (`a` mapped). */
 int colli_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream, const char *where);

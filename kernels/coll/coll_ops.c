@@ -9,6 +9,7 @@ static int coll_check(cchan_coll_t *c, const void *send, void *recv, cchan_coll_
                       cchan_coll_algo_t algo, const char *where) {
     colli_clear_error();
     if (!c) return colli_error(-EINVAL, where, "coll is NULL");
+    c->last_plan = NULL;
     if (!send || !recv) return colli_error(-EINVAL, where, "send and recv must not be NULL");
     if (cchan_coll_dtype_size(dtype) == 0)
         return colli_error(-EINVAL, where, "unknown dtype %d", (int)dtype);
@@ -43,16 +44,28 @@ static coll_args_t coll_args(const cchan_coll_t *c, const void *send, void *recv
 }
 
 /* What every collective does first: checks the arguments, sizes the call (bytes: the full buffer;
- * 0 bytes: nothing to do, *a untouched), fills *a and picks the algorithm. 0 or a status. */
+ * 0 bytes: nothing to do, *a untouched), runs a loaded plan that fits an AUTO call (then 0 bytes:
+ * done), fills *a and picks the algorithm. 0 or a status. */
 static int coll_prepare(cchan_coll_t *c, cchan_coll_op_t op, const void *send, void *recv,
                         size_t count, cchan_coll_dtype_t dtype, cchan_coll_algo_t *algo,
-                        coll_args_t *a, size_t *bytes, const char *where) {
+                        coll_args_t *a, size_t *bytes, void *stream, const char *where) {
     int st = coll_check(c, send, recv, dtype, *algo, where);
     *bytes = 0;
     const size_t mul = op == CCHAN_COLL_ALLREDUCE ? 1 : (size_t)(c ? c->nranks : 1);
     if (st == 0) st = coll_bytes(count, cchan_coll_dtype_size(dtype), mul, bytes, where);
     if (st || count == 0) return st;
     const size_t per = *bytes / (size_t)c->nranks;
+    if (*algo == CCHAN_COLL_AUTO && c->plans) {
+        /* in cchan_exec's terms: one rank's input, in elements */
+        static const int coll_of[] = {0 /* allreduce */, 1 /* allgather */, 2 /* reducescatter */};
+        uint64_t in = op == CCHAN_COLL_ALLGATHER ? per : *bytes;
+        st = colli_plan_try(c, coll_of[op], -1, in, send, recv, in / cchan_coll_dtype_size(dtype),
+                            dtype, stream, where);
+        if (st != CCHAN_ERR_UNSUPPORTED) {
+            *bytes = 0;
+            return st;
+        }
+    }
     const uint8_t *s8 = (const uint8_t *)send, *r8 = (const uint8_t *)recv;
     *a = coll_args(c, send, recv, count, dtype, *bytes);
     a->in_place = op == CCHAN_COLL_ALLREDUCE   ? s8 == r8
@@ -66,8 +79,8 @@ int cchan_coll_allreduce(cchan_coll_t *c, const void *send, void *recv, size_t c
     static const char *where = "cchan_coll_allreduce";
     coll_args_t a;
     size_t bytes;
-    int st =
-        coll_prepare(c, CCHAN_COLL_ALLREDUCE, send, recv, count, dtype, &algo, &a, &bytes, where);
+    int st = coll_prepare(c, CCHAN_COLL_ALLREDUCE, send, recv, count, dtype, &algo, &a, &bytes,
+                          stream, where);
     if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
     switch (algo) {
@@ -92,7 +105,7 @@ int cchan_coll_allgather(cchan_coll_t *c, const void *send, void *recv, size_t s
     coll_args_t a;
     size_t bytes;
     int st = coll_prepare(c, CCHAN_COLL_ALLGATHER, send, recv, sendcount, dtype, &algo, &a, &bytes,
-                          where);
+                          stream, where);
     if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
     switch (algo) {
@@ -116,7 +129,7 @@ int cchan_coll_reducescatter(cchan_coll_t *c, const void *send, void *recv, size
     coll_args_t a;
     size_t bytes;
     int st = coll_prepare(c, CCHAN_COLL_REDUCESCATTER, send, recv, recvcount, dtype, &algo, &a,
-                          &bytes, where);
+                          &bytes, stream, where);
     if (st || bytes == 0) return st;
     const size_t per = bytes / (size_t)c->nranks;
     if (algo == CCHAN_COLL_LL_ALLPAIRS)

@@ -72,6 +72,7 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo) {
     case CCHAN_COLL_HB_ALLPAIRS: return "hb_allpairs";
     case CCHAN_COLL_SWITCH: return "switch";
     case CCHAN_COLL_CE_ALLPAIRS: return "ce_allpairs";
+    case CCHAN_COLL_PLAN: return "plan";
     default: return "unknown";
     }
 }

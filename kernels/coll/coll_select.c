@@ -145,6 +145,7 @@ static cchan_coll_algo_t coll_auto(const cchan_coll_t *c, cchan_coll_op_t op, si
 cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
                                             const void *send, const void *recv) {
     if (!c || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return CCHAN_COLL_HB_ALLPAIRS;
+    if (cchan_coll_plan_name(c, op, bytes, send, recv)) return CCHAN_COLL_PLAN;
     coll_reg_regions(op, &send, &recv);
     return coll_auto(c, op, bytes, send, recv);
 }

@@ -2,9 +2,10 @@
  *
  * AllReduce and ReduceScatter with ncclSum on float, half and bfloat16, and AllGather of any type
  * (it moves bytes), run on cchan's collectives when the communicator has them and cchan_coll says
- * it supports the size; everything else goes to the fallback NCCL. The choice depends only on the
- * call's arguments and the communicator, so every rank makes the same one. CCHAN_DEBUG=INFO logs
- * the path of every (operation, size) when it changes; TRACE logs every call.
+ * it supports the size (a loaded execution plan first, CCHAN_COLL_PLANS); AllToAll and Broadcast
+ * run on a loaded plan where one fits; everything else goes to the fallback NCCL. The choice
+ * depends only on the call's arguments and the communicator, so every rank makes the same one.
+ * CCHAN_DEBUG=INFO logs the path of every (operation, size) when it changes; TRACE logs every call.
  */
 #include <stdio.h>
 #include <string.h>
@@ -209,7 +210,11 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
         size_t full = count * dtype_bytes(dtype) * (op == OP_ALLREDUCE ? 1u : (size_t)comm->nranks);
         int rc = cchan_run_any(comm, op, send, recv, ccount, cdt, &algo, full, stream);
         if (rc == 0) {
-            log_path(comm, op, count, dtype, redop, "cchan", cchan_coll_algo_name(algo));
+            char detail[160];
+            const char *plan = cchan_coll_last_plan(comm->coll);
+            snprintf(detail, sizeof detail, "%s%s", plan ? "plan " : "",
+                     plan ? plan : cchan_coll_algo_name(algo));
+            log_path(comm, op, count, dtype, redop, "cchan", detail);
             return ncclSuccess;
         }
         if (rc != CCHAN_ERR_UNSUPPORTED) return shim_fail_coll(rc, op_names[op]);
@@ -275,16 +280,65 @@ SHIM_FORWARD(ncclBcast,
               cudaStream_t stream),
              comm, (buff, count, datatype, root, real, stream),
              log_path(comm, OP_BROADCAST, count, datatype, ncclSum, "nccl", NOT_CCHAN))
-SHIM_FORWARD(ncclBroadcast,
-             (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-              ncclComm_t comm, cudaStream_t stream),
-             comm, (sendbuff, recvbuff, count, datatype, root, real, stream),
-             log_path(comm, OP_BROADCAST, count, datatype, ncclSum, "nccl", NOT_CCHAN))
-SHIM_FORWARD(ncclAlltoAll,
-             (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-              ncclComm_t comm, cudaStream_t stream),
-             comm, (sendbuff, recvbuff, count, datatype, real, stream),
-             log_path(comm, OP_ALLTOALL, count, datatype, ncclSum, "nccl", NOT_CCHAN))
+/* AllToAll and Broadcast run on a loaded execution plan (cchan_coll_load_plans,
+ * CCHAN_COLL_PLANS) where one fits the call, else on the fallback. They move bytes: any type goes
+ * as 4- or 2-byte units. */
+static ncclResult_t plan_or_forward(shim_op_t op, const void *send, void *recv, size_t count,
+                                    ncclDataType_t dtype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+    char why[160] = NOT_CCHAN;
+    size_t elem = dtype_bytes(dtype), bytes = count * elem;
+    if (!comm->coll) {
+        snprintf(why, sizeof why, "cchan paths off (%s)", comm->cchan_off);
+    } else if (count && elem && bytes % 2 == 0) {
+        cchan_coll_dtype_t cdt = bytes % 4 == 0 ? CCHAN_COLL_F32 : CCHAN_COLL_F16;
+        size_t ccount = bytes / (cdt == CCHAN_COLL_F32 ? 4 : 2);
+        int rc =
+            op == OP_ALLTOALL
+                ? cchan_coll_alltoall(comm->coll, send, recv, ccount, cdt, (void *)stream)
+                : cchan_coll_broadcast(comm->coll, send, recv, ccount, cdt, root, (void *)stream);
+        if (rc == 0) {
+            char detail[160];
+            snprintf(detail, sizeof detail, "plan %s", cchan_coll_last_plan(comm->coll));
+            log_path(comm, op, count, dtype, ncclSum, "cchan", detail);
+            return ncclSuccess;
+        }
+        if (rc != CCHAN_ERR_UNSUPPORTED) return shim_fail_coll(rc, op_names[op]);
+        snprintf(why, sizeof why, "no loaded plan fits");
+    }
+    const shim_real_t *r = NULL;
+    ncclComm_t real = NULL;
+    ncclResult_t res = shim_real_comm(comm, op_names[op], &r, &real);
+    if (res != ncclSuccess) return res;
+    log_path(comm, op, count, dtype, ncclSum, "nccl", why);
+    if (op == OP_ALLTOALL) {
+        if (!r->ncclAlltoAll)
+            return shim_fail(ncclInvalidUsage, "ncclAlltoAll: the fallback NCCL lacks it");
+        return r->ncclAlltoAll(send, recv, count, dtype, real, stream);
+    }
+    if (!r->ncclBroadcast)
+        return shim_fail(ncclInvalidUsage, "ncclBroadcast: the fallback NCCL lacks it");
+    return r->ncclBroadcast(send, recv, count, dtype, root, real, stream);
+}
+
+SHIM_DEFINE(ncclResult_t, ncclBroadcast,
+            (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+             ncclComm_t comm, cudaStream_t stream)) {
+    shim_clear_error();
+    SHIM_HAND_BACK(ncclBroadcast, comm, (sendbuff, recvbuff, count, datatype, root, comm, stream));
+    ncclResult_t res = shim_check_comm(comm, "ncclBroadcast");
+    if (res != ncclSuccess) return res;
+    return plan_or_forward(OP_BROADCAST, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+SHIM_DEFINE(ncclResult_t, ncclAlltoAll,
+            (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+             ncclComm_t comm, cudaStream_t stream)) {
+    shim_clear_error();
+    SHIM_HAND_BACK(ncclAlltoAll, comm, (sendbuff, recvbuff, count, datatype, comm, stream));
+    ncclResult_t res = shim_check_comm(comm, "ncclAlltoAll");
+    if (res != ncclSuccess) return res;
+    return plan_or_forward(OP_ALLTOALL, sendbuff, recvbuff, count, datatype, 0, comm, stream);
+}
 SHIM_FORWARD(ncclGather,
              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
               ncclComm_t comm, cudaStream_t stream),

@@ -1,0 +1,852 @@
+/* cchan_exec runtime: builds what a plan needs once per communicator, binds buffers, runs the
+ * interpreter (CUDA kernel, or one CPU thread per block on the host platform). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_internal.h"
+
+#define EXEC_ANCHOR_BYTES 4096
+#define EXEC_SCRATCH_MIN 4096
+#define EXEC_THREADS_GPU 512
+#define EXEC_SMEM_MAX (48u * 1024u)
+#define EXEC_PDL_MAX_BYTES (2ull << 20)
+#define EXEC_HOST_THREADS_MAX 256
+/* Port sub-channels (one per plan channel, buffer pair and registration) each need a semaphore of
+ * their own on this proxy, though they never signal: indices of a set made for them. */
+#define EXEC_DATA_SEMS 256
+
+typedef struct exec_reg {
+    uint8_t *ptr;
+    size_t bytes;
+    cchan_mem_t *local;
+    cchan_mem_t **peers; /* [nranks], [rank] = local */
+    struct exec_reg *next;
+} exec_reg_t;
+
+typedef struct exec_sub {
+    uint32_t ch, inst, pair;
+    const cchan_mem_t *src, *dst;
+    cchan_port_channel_t port;
+    struct exec_sub *next;
+} exec_sub_t;
+
+typedef struct exec_binding {
+    const void *send;
+    void *recv;
+    uint64_t in_bytes;
+    uint32_t gen; /* scratch generation it was built for */
+    exec_bind_t *dev;
+    exec_chan_rt_t *ch_dev;
+    cchan_port_channel_t *ports_dev;
+    struct exec_binding *next;
+} exec_binding_t;
+
+struct cchan_exec {
+    cchan_comm_t *comm;
+    const cchan_exec_plan_t *plan;
+    const exec_rank_desc_t *me;
+    int rank, nranks, device;
+    cchan_platform_t platform;
+    uint8_t *prog_dev;
+    uint32_t ops_off, refs_off;
+    uint32_t nthreads, smem;
+    int pdl;
+    uint32_t ninst, grid; /* instances; grid blocks = the plan's blocks x instances */
+    uint32_t lsem_stride; /* rank-local semaphore words per instance */
+    int uses_input; /* some op of this rank, or of a peer through a channel, reads our input */
+    cchan_sem_set_t *mem_sems, *port_sems, *bar_sems, *data_sems;
+    exec_sub_t *subs;
+    int *data_next; /* per peer: the next free index of data_sems */
+    cchan_proxy_t *proxy;
+    cchan_mem_t *anchor, **peer_anchor;
+    cchan_port_channel_t *anchors; /* host copies, one per channel (port channels only) */
+    cchan_mem_t *scratch, **peer_scratch;
+    uint64_t scratch_bytes;
+    uint32_t gen;
+    uint64_t *lsem_dev;
+    uint32_t *epochs_dev;
+    cchan_semaphore_t *barrier_dev;
+    cchan_wait_ctl_t ctl;
+    exec_reg_t *regs;
+    exec_binding_t *bindings;
+};
+
+size_t cchan_exec_dtype_size(cchan_exec_dtype_t dt) {
+    switch (dt) {
+    case CCHAN_EXEC_F32: return 4;
+    case CCHAN_EXEC_F16:
+    case CCHAN_EXEC_BF16: return 2;
+    default: return 0;
+    }
+}
+
+const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *e) { return e ? e->plan : NULL; }
+int cchan_exec_instances(const cchan_exec_t *e) { return e ? (int)e->ninst : 0; }
+
+/* ------------------------------------------------------------------ device memory */
+
+static int dev_alloc(cchan_exec_t *e, size_t bytes, void **out) {
+    if (bytes == 0) bytes = 16;
+    if (e->platform == CCHAN_PLATFORM_CUDA) return execi_cuda_alloc(e->device, bytes, out);
+    void *p = calloc(1, bytes);
+    if (!p) return execi_error(-ENOMEM, "cchan_exec", "%zu bytes of state", bytes);
+    *out = p;
+    return 0;
+}
+static void dev_free(cchan_exec_t *e, void *p) {
+    if (!p) return;
+    if (e->platform == CCHAN_PLATFORM_CUDA)
+        (void)execi_cuda_free(e->device, p);
+    else
+        free(p);
+}
+static int dev_upload(cchan_exec_t *e, void *dst, const void *src, size_t bytes) {
+    if (e->platform == CCHAN_PLATFORM_CUDA) return execi_cuda_upload(e->device, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+/* Allocates and fills in one step. */
+static int dev_put(cchan_exec_t *e, const void *src, size_t bytes, void **out) {
+    void *d;
+    int st = dev_alloc(e, bytes, &d);
+    if (st) return st;
+    if ((st = dev_upload(e, d, src, bytes))) {
+        dev_free(e, d);
+        return st;
+    }
+    *out = d;
+    return 0;
+}
+
+static int rt_err(int st, const char *where, const char *what) {
+    return execi_error(st, where, "%s: %s (%s)", what, cchan_strerror(st), cchan_last_error());
+}
+
+/* ------------------------------------------------------------------ scratch */
+
+static void peers_free(cchan_exec_t *e, cchan_mem_t **peers, cchan_mem_t *local) {
+    if (!peers) return;
+    for (int p = 0; p < e->nranks; p++)
+        if (peers[p] && peers[p] != local) cchan_mem_destroy(peers[p]);
+    free(peers);
+}
+
+/* Collective: this rank's memory and every peer's, mapped here. */
+static int alloc_exchanged(cchan_exec_t *e, size_t bytes, cchan_mem_t **local, cchan_mem_t ***peers,
+                           const char *what) {
+    static const char *where = "cchan_exec";
+    cchan_mem_t *m = NULL;
+    cchan_mem_t **pp = (cchan_mem_t **)calloc((size_t)e->nranks, sizeof *pp);
+    if (!pp) return execi_error(-ENOMEM, where, "no memory");
+    int st = cchan_mem_alloc(e->comm, bytes, 0, &m);
+    if (st < 0) {
+        free(pp);
+        return rt_err(st, where, what);
+    }
+    st = cchan_mem_exchange(e->comm, m, pp);
+    if (st < 0) {
+        free(pp);
+        cchan_mem_destroy(m);
+        return rt_err(st, where, what);
+    }
+    *local = m;
+    *peers = pp;
+    return 0;
+}
+
+static void bindings_free(cchan_exec_t *e) {
+    exec_binding_t *b = e->bindings;
+    while (b) {
+        exec_binding_t *n = b->next;
+        dev_free(e, b->dev);
+        dev_free(e, b->ch_dev);
+        dev_free(e, b->ports_dev);
+        free(b);
+        b = n;
+    }
+    e->bindings = NULL;
+}
+
+/* Forgets the port sub-channels (their memory is going away; the proxy keeps the channels, which
+ * nothing pushes to any more). */
+static void subs_forget(cchan_exec_t *e) {
+    for (exec_sub_t *u = e->subs; u;) {
+        exec_sub_t *n = u->next;
+        free(u);
+        u = n;
+    }
+    e->subs = NULL;
+}
+
+static uint64_t scratch_need(const cchan_exec_plan_t *p, uint64_t in_bytes) {
+    uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];
+    uint64_t b = (uint64_t)p->buf_chunks[EXEC_BUF_SCRATCH] * chunk * p->scratch_factor;
+    if (p->ll_double_buffer) b *= 2;
+    return b;
+}
+
+/* Collective, the same on every rank (it depends only on the size): scratch for in_bytes. */
+static int scratch_grow(cchan_exec_t *e, uint64_t in_bytes) {
+    uint64_t need = scratch_need(e->plan, in_bytes);
+    if (need < EXEC_SCRATCH_MIN) need = EXEC_SCRATCH_MIN;
+    if (e->scratch && need <= e->scratch_bytes) return 0;
+    /* runs in flight may still use the old scratch (ours or, through mappings, the peers') */
+    if (e->platform == CCHAN_PLATFORM_CUDA && e->scratch) {
+        int st = execi_cuda_sync(e->device);
+        if (st) return st;
+    }
+    if (e->scratch) {
+        int st = cchan_bootstrap_barrier(cchan_comm_bootstrap(e->comm));
+        if (st < 0) return rt_err(st, "cchan_exec_run", "cchan_bootstrap_barrier");
+    }
+    bindings_free(e);
+    subs_forget(e);
+    peers_free(e, e->peer_scratch, e->scratch);
+    e->peer_scratch = NULL;
+    if (e->scratch) cchan_mem_destroy(e->scratch);
+    e->scratch = NULL;
+    /* round up so a sweep of growing sizes reallocates a few times only */
+    uint64_t bytes = EXEC_SCRATCH_MIN;
+    while (bytes < need) bytes *= 2;
+    int st = alloc_exchanged(e, bytes, &e->scratch, &e->peer_scratch, "scratch");
+    if (st) return st;
+    e->scratch_bytes = bytes;
+    e->gen++;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ create / destroy */
+
+static void exec_release(cchan_exec_t *e) {
+    bindings_free(e);
+    if (e->proxy) {
+        (void)cchan_proxy_stop(e->proxy, 10000);
+        cchan_proxy_destroy(e->proxy);
+    }
+    for (exec_reg_t *g = e->regs; g;) {
+        exec_reg_t *n = g->next;
+        peers_free(e, g->peers, g->local);
+        cchan_mem_destroy(g->local);
+        free(g);
+        g = n;
+    }
+    peers_free(e, e->peer_scratch, e->scratch);
+    if (e->scratch) cchan_mem_destroy(e->scratch);
+    peers_free(e, e->peer_anchor, e->anchor);
+    if (e->anchor) cchan_mem_destroy(e->anchor);
+    subs_forget(e);
+    free(e->data_next);
+    if (e->data_sems) cchan_sem_set_destroy(e->data_sems);
+    if (e->mem_sems) cchan_sem_set_destroy(e->mem_sems);
+    if (e->port_sems) cchan_sem_set_destroy(e->port_sems);
+    if (e->bar_sems) cchan_sem_set_destroy(e->bar_sems);
+    dev_free(e, e->prog_dev);
+    dev_free(e, e->lsem_dev);
+    dev_free(e, e->epochs_dev);
+    dev_free(e, e->barrier_dev);
+    free(e->anchors);
+    free(e);
+}
+
+int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_exec_t **out) {
+    return cchan_exec_create_ex(comm, plan, NULL, out);
+}
+
+int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                         const cchan_exec_config_t *cfg, cchan_exec_t **out) {
+    static const char *where = "cchan_exec_create";
+    execi_clear_error();
+    if (!comm || !plan || !out)
+        return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
+    if (cfg && (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < sizeof(cchan_exec_config_t)))
+        return execi_error(
+            -EINVAL, where,
+            "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)", cfg->magic,
+            cfg->size);
+    uint32_t ninst = cfg ? cfg->instances : 0;
+    if (ninst == 0) {
+        const char *v = getenv("CCHAN_EXEC_INSTANCES");
+        char *end = NULL;
+        long long x = v && *v ? strtoll(v, &end, 10) : 1;
+        if (v && *v && (*end || x < 1 || x > EXEC_MAX_INSTANCES))
+            return execi_error(-EINVAL, where,
+                               "CCHAN_EXEC_INSTANCES=%s: want an integer in [1, %d]", v,
+                               EXEC_MAX_INSTANCES);
+        ninst = (uint32_t)x;
+    }
+    if (ninst > EXEC_MAX_INSTANCES)
+        return execi_error(-EINVAL, where, "instances %u: at most %d", ninst, EXEC_MAX_INSTANCES);
+    int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
+    if (nranks != plan->nranks)
+        return execi_error(-EINVAL, where,
+                           "plan \"%s\": nranks is %d, but the communicator has %d ranks",
+                           plan->name, plan->nranks, nranks);
+    cchan_platform_t platform = cchan_comm_platform(comm);
+    if (platform != CCHAN_PLATFORM_CUDA && platform != CCHAN_PLATFORM_HOST)
+        return execi_error(CCHAN_ERR_UNSUPPORTED, where, "platform %d (CUDA and host only)",
+                           (int)platform);
+    cchan_exec_t *e = (cchan_exec_t *)calloc(1, sizeof *e);
+    if (!e) return execi_error(-ENOMEM, where, "no memory");
+    e->comm = comm;
+    e->plan = plan;
+    e->rank = rank;
+    e->nranks = nranks;
+    e->me = &plan->ranks[rank];
+    e->platform = platform;
+    e->device = cchan_comm_device(comm);
+    e->ctl = cchan_comm_wait_ctl(comm, -1, 0xE8ECu);
+    e->ninst = ninst;
+    e->grid = plan->nblocks * ninst;
+    for (int r = 0; r < nranks && !e->uses_input; r++) {
+        const exec_rank_desc_t *rk = &plan->ranks[r];
+        for (uint32_t i = 0; i < rk->nrefs && !e->uses_input; i++) {
+            const exec_ref_t *f = &rk->refs[i];
+            if (f->buf != EXEC_BUF_INPUT) continue;
+            if ((r == rank && f->ch < 0) || (f->ch >= 0 && rk->ch[f->ch].peer == rank))
+                e->uses_input = 1;
+        }
+    }
+    int gpu = platform == CCHAN_PLATFORM_CUDA;
+    e->nthreads = gpu ? EXEC_THREADS_GPU : 1u;
+    {
+        const char *v = getenv("CCHAN_EXEC_PDL");
+        e->pdl = !(v && v[0] == '0');
+    }
+    const exec_rank_desc_t *me = e->me;
+    int st;
+
+    /* the operation lists: [blocks][ops][refs] */
+    {
+        size_t bb = (size_t)me->nblocks * sizeof(exec_block_t);
+        size_t ob = (size_t)me->nops * sizeof(exec_op_t);
+        size_t rb = (size_t)me->nrefs * sizeof(exec_ref_t);
+        e->ops_off = (uint32_t)((bb + 15) / 16 * 16);
+        e->refs_off = (uint32_t)((e->ops_off + ob + 15) / 16 * 16);
+        size_t total = e->refs_off + rb;
+        uint8_t *img = (uint8_t *)calloc(1, total ? total : 1);
+        if (!img) {
+            free(e);
+            return execi_error(-ENOMEM, where, "no memory");
+        }
+        memcpy(img, me->blocks, bb);
+        memcpy(img + e->ops_off, me->ops, ob);
+        memcpy(img + e->refs_off, me->refs, rb);
+        st = dev_put(e, img, total, (void **)&e->prog_dev);
+        free(img);
+        if (st) goto fail;
+        e->smem = me->max_block_bytes <= EXEC_SMEM_MAX ? me->max_block_bytes : 0;
+    }
+    if (!gpu && e->grid > EXEC_HOST_THREADS_MAX) {
+        st = execi_error(CCHAN_ERR_UNSUPPORTED, where,
+                         "%u blocks x %u instances: the host platform runs at most %d threads",
+                         plan->nblocks, ninst, EXEC_HOST_THREADS_MAX);
+        goto fail;
+    }
+    if (gpu &&
+        (st = execi_cuda_prepare(e->device, e->grid, e->nthreads, e->smem, plan->cross_block)) < 0)
+        goto fail;
+
+    /* semaphores: collective, in the same order on every rank */
+    if (nranks > 1) {
+        if (plan->mem_sems &&
+            (st = cchan_sem_set_create(comm, (int)(plan->mem_sems * ninst), 0, &e->mem_sems)) < 0) {
+            st = rt_err(st, where, "cchan_sem_set_create(memory channels)");
+            goto fail;
+        }
+        if (plan->port_sems &&
+            (st = cchan_sem_set_create(comm, (int)(plan->port_sems * ninst), CCHAN_SEM_HOST_MAPPED,
+                                       &e->port_sems)) < 0) {
+            st = rt_err(st, where, "cchan_sem_set_create(port channels)");
+            goto fail;
+        }
+        if (plan->uses_port &&
+            (st = cchan_sem_set_create(comm, (int)(EXEC_DATA_SEMS * ninst), CCHAN_SEM_HOST_MAPPED,
+                                       &e->data_sems)) < 0) {
+            st = rt_err(st, where, "cchan_sem_set_create(port data channels)");
+            goto fail;
+        }
+    }
+    /* barriers: one semaphore to every peer (mapped memory: ranks of one host) */
+    if (nranks > 1 && plan->uses_barrier) {
+        if ((st = cchan_sem_set_create(comm, (int)ninst, 0, &e->bar_sems)) < 0) {
+            st = rt_err(st, where, "cchan_sem_set_create(barrier)");
+            goto fail;
+        }
+        size_t nb = (size_t)(nranks - 1) * ninst;
+        cchan_semaphore_t *bar = (cchan_semaphore_t *)calloc(nb, sizeof *bar);
+        if (!bar) {
+            st = execi_error(-ENOMEM, where, "no memory");
+            goto fail;
+        }
+        for (uint32_t i = 0; i < ninst && st >= 0; i++)
+            for (int j = 1; j < nranks && st >= 0; j++)
+                st = cchan_sem_set_get(e->bar_sems, (rank + j) % nranks, (int)i,
+                                       &bar[i * (size_t)(nranks - 1) + (size_t)(j - 1)]);
+        if (st < 0) {
+            free(bar);
+            st = rt_err(st, where, "cchan_sem_set_get(barrier)");
+            goto fail;
+        }
+        st = dev_put(e, bar, sizeof *bar * nb, (void **)&e->barrier_dev);
+        free(bar);
+        if (st) goto fail;
+    }
+    {
+        e->lsem_stride = 2 * (me->semaphores ? me->semaphores : 1);
+        size_t n = (size_t)e->lsem_stride * ninst;
+        uint64_t *z = (uint64_t *)calloc(n, sizeof *z);
+        uint32_t *ep = (uint32_t *)malloc(e->grid * sizeof *ep);
+        if (!z || !ep) {
+            free(z);
+            free(ep);
+            st = execi_error(-ENOMEM, where, "no memory");
+            goto fail;
+        }
+        for (uint32_t b = 0; b < e->grid; b++) ep[b] = 1; /* LL flags start at 1 */
+        st = dev_put(e, z, n * sizeof *z, (void **)&e->lsem_dev);
+        if (!st) st = dev_put(e, ep, e->grid * sizeof *ep, (void **)&e->epochs_dev);
+        free(z);
+        free(ep);
+        if (st) goto fail;
+    }
+    if ((st = scratch_grow(e, 0)) < 0) goto fail;
+    if (plan->uses_port) {
+        if ((st = alloc_exchanged(e, EXEC_ANCHOR_BYTES, &e->anchor, &e->peer_anchor, "anchor")))
+            goto fail;
+        if ((st = cchan_proxy_create(comm, NULL, &e->proxy)) < 0 ||
+            (st = cchan_proxy_start(e->proxy)) < 0) {
+            st = rt_err(st, where, "cchan_proxy_create/start");
+            goto fail;
+        }
+        e->anchors = (cchan_port_channel_t *)calloc((me->nch ? me->nch : 1) * (size_t)ninst,
+                                                    sizeof *e->anchors);
+        e->data_next = (int *)calloc((size_t)nranks, sizeof(int));
+        if (!e->anchors || !e->data_next) {
+            st = execi_error(-ENOMEM, where, "no memory");
+            goto fail;
+        }
+        /* the anchors are made on every rank in plan order (pairwise for network transports) */
+        for (uint32_t k = 0; k < me->nch; k++)
+            for (uint32_t i = 0; i < ninst; i++) {
+                const exec_chan_desc_t *cd = &me->ch[k];
+                if (cd->type != EXEC_CH_PORT) continue;
+                st = cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->port_sems,
+                                               cd->peer, cd->index * (int)ninst + (int)i,
+                                               e->peer_anchor[cd->peer], e->anchor,
+                                               &e->anchors[i * me->nch + k]);
+                if (st < 0) {
+                    st = rt_err(st, where, "cchan_port_channel_create(anchor)");
+                    goto fail;
+                }
+            }
+    }
+    *out = e;
+    return 0;
+fail:
+    exec_release(e);
+    return st;
+}
+
+int cchan_exec_destroy(cchan_exec_t *e) {
+    execi_clear_error();
+    if (!e) return execi_error(-EINVAL, "cchan_exec_destroy", "exec is NULL");
+    int st = 0;
+    if (e->platform == CCHAN_PLATFORM_CUDA) st = execi_cuda_sync(e->device);
+    /* peers may still read our buffers through their mappings until they are done */
+    int b = cchan_bootstrap_barrier(cchan_comm_bootstrap(e->comm));
+    exec_release(e);
+    if (st) return st;
+    if (b < 0) return rt_err(b, "cchan_exec_destroy", "cchan_bootstrap_barrier");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+int cchan_exec_register(cchan_exec_t *e, void *ptr, size_t bytes) {
+    static const char *where = "cchan_exec_register";
+    execi_clear_error();
+    if (!e || !ptr || !bytes) return execi_error(-EINVAL, where, "exec, ptr and bytes must be set");
+    exec_reg_t *g = (exec_reg_t *)calloc(1, sizeof *g);
+    if (!g) return execi_error(-ENOMEM, where, "no memory");
+    g->peers = (cchan_mem_t **)calloc((size_t)e->nranks, sizeof *g->peers);
+    if (!g->peers) {
+        free(g);
+        return execi_error(-ENOMEM, where, "no memory");
+    }
+    int st = cchan_mem_register(e->comm, ptr, bytes, 0, &g->local);
+    if (st >= 0) st = cchan_mem_exchange(e->comm, g->local, g->peers);
+    if (st < 0) {
+        if (g->local) cchan_mem_destroy(g->local);
+        free(g->peers);
+        free(g);
+        return rt_err(st, where, "cchan_mem_register/exchange");
+    }
+    g->ptr = (uint8_t *)ptr;
+    g->bytes = bytes;
+    g->next = e->regs;
+    e->regs = g;
+    return 0;
+}
+
+int cchan_exec_deregister(cchan_exec_t *e, void *ptr) {
+    static const char *where = "cchan_exec_deregister";
+    execi_clear_error();
+    if (!e) return execi_error(-EINVAL, where, "exec is NULL");
+    exec_reg_t **pg = &e->regs;
+    while (*pg && (*pg)->ptr != ptr) pg = &(*pg)->next;
+    if (!*pg) return execi_error(-ENOENT, where, "%p was not registered", ptr);
+    int st = 0;
+    if (e->platform == CCHAN_PLATFORM_CUDA) st = execi_cuda_sync(e->device);
+    int b = cchan_bootstrap_barrier(cchan_comm_bootstrap(e->comm));
+    exec_reg_t *g = *pg;
+    *pg = g->next;
+    /* bindings may name the registration (and port channels built on it keep living with the
+     * proxy, harmlessly: nothing pushes to them once their bindings are gone) */
+    bindings_free(e);
+    subs_forget(e);
+    peers_free(e, g->peers, g->local);
+    cchan_mem_destroy(g->local);
+    free(g);
+    if (st) return st;
+    return b < 0 ? rt_err(b, where, "cchan_bootstrap_barrier") : 0;
+}
+
+static exec_reg_t *reg_find(const cchan_exec_t *e, const void *p, uint64_t bytes) {
+    const uint8_t *q = (const uint8_t *)p;
+    for (exec_reg_t *g = e->regs; g; g = g->next)
+        if (q >= g->ptr && q + bytes <= g->ptr + g->bytes) return g;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ binding */
+
+/* The port channel moving plan channel k's puts of one buffer pair between two registrations:
+ * made once and kept (its flush counters live with it), on a semaphore of its own. */
+static int sub_get(cchan_exec_t *e, uint32_t k, uint32_t inst, uint32_t pair,
+                   const cchan_mem_t *src, const cchan_mem_t *dst, const exec_sub_t **out) {
+    for (exec_sub_t *u = e->subs; u; u = u->next)
+        if (u->ch == k && u->inst == inst && u->pair == pair && u->src == src && u->dst == dst) {
+            *out = u;
+            return 0;
+        }
+    int peer = e->me->ch[k].peer;
+    if (e->data_next[peer] >= (int)(EXEC_DATA_SEMS * e->ninst))
+        return execi_error(CCHAN_ERR_NO_RESOURCE, "cchan_exec_run",
+                           "port channels to rank %d: %d buffer combinations used; deregister "
+                           "buffers or make a new executor",
+                           peer, (int)(EXEC_DATA_SEMS * e->ninst));
+    exec_sub_t *u = (exec_sub_t *)calloc(1, sizeof *u);
+    if (!u) return execi_error(-ENOMEM, "cchan_exec_run", "no memory");
+    int st = cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->data_sems, peer,
+                                       e->data_next[peer], dst, src, &u->port);
+    if (st < 0) {
+        free(u);
+        return rt_err(st, "cchan_exec_run", "cchan_port_channel_create");
+    }
+    e->data_next[peer]++;
+    u->ch = k;
+    u->inst = inst;
+    u->pair = pair;
+    u->src = src;
+    u->dst = dst;
+    u->next = e->subs;
+    e->subs = u;
+    *out = u;
+    return 0;
+}
+
+static const char *const buf_names[EXEC_NBUF] = {"input", "output", "scratch"};
+
+static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in_bytes,
+                      uint64_t out_bytes, exec_binding_t **out) {
+    static const char *where = "cchan_exec_run";
+    const cchan_exec_plan_t *p = e->plan;
+    const exec_rank_desc_t *me = e->me;
+    uint8_t *ptr[EXEC_NBUF] = {(uint8_t *)(uintptr_t)send, (uint8_t *)recv,
+                               (uint8_t *)cchan_mem_ptr(e->scratch)};
+    uint64_t len[EXEC_NBUF] = {in_bytes, out_bytes, e->scratch_bytes};
+    exec_reg_t *reg[EXEC_NBUF] = {NULL, NULL, NULL};
+    for (int b = 0; b < 2; b++) {
+        if (!(p->need_reg & (1u << b))) continue;
+        if (b == EXEC_BUF_INPUT && p->inplace) continue;
+        reg[b] = reg_find(e, ptr[b], len[b]);
+        if (!reg[b])
+            return execi_error(-EINVAL, where,
+                               "plan \"%s\" reaches the peers' %s: register the %s buffer (%p, "
+                               "%llu bytes) with cchan_exec_register on every rank",
+                               p->name, buf_names[b], b ? "recv" : "send", ptr[b],
+                               (unsigned long long)len[b]);
+    }
+    const uint32_t ni = e->ninst, nch = me->nch ? me->nch : 1;
+    exec_binding_t *bd = (exec_binding_t *)calloc(1, sizeof *bd);
+    exec_chan_rt_t *ch = (exec_chan_rt_t *)calloc((size_t)nch * ni, sizeof *ch);
+    size_t nports = 0;
+    for (uint32_t k = 0; k < me->nch; k++)
+        if (me->ch[k].type == EXEC_CH_PORT)
+            nports += 1 + (size_t)__builtin_popcount(me->ch[k].port_pairs);
+    nports *= ni;
+    cchan_port_channel_t *ports =
+        (cchan_port_channel_t *)calloc(nports ? nports : 1, sizeof *ports);
+    exec_bind_t *hbs = (exec_bind_t *)calloc(ni, sizeof *hbs);
+    int st = 0;
+    if (!bd || !ch || !ports || !hbs) {
+        st = execi_error(-ENOMEM, where, "no memory");
+        goto fail;
+    }
+    exec_bind_t hb;
+    memset(&hb, 0, sizeof hb);
+    for (int b = 0; b < EXEC_NBUF; b++) hb.buf[b] = ptr[b];
+    hb.port_off[EXEC_BUF_SCRATCH] = 0;
+    for (int b = 0; b < 2; b++) hb.port_off[b] = reg[b] ? (uint64_t)(ptr[b] - reg[b]->ptr) : 0;
+    size_t np = 0;
+    /* instance i: channels [i * nch, +nch), semaphore index index * ni + i (both ends agree) */
+    for (uint32_t kk = 0; kk < me->nch * ni && st == 0; kk++) {
+        uint32_t i = kk / me->nch, k = kk % me->nch;
+        const exec_chan_desc_t *cd = &me->ch[k];
+        exec_chan_rt_t *c = &ch[kk];
+        c->type = (uint32_t)cd->type;
+        for (int pr = 0; pr < 9; pr++) c->port[pr] = -1;
+        c->anchor = -1;
+        if (cd->type == EXEC_CH_MEMORY) {
+            st = cchan_sem_set_get(e->mem_sems, cd->peer, cd->index * (int)ni + (int)i, &c->sem);
+            if (st < 0) {
+                st = rt_err(st, where, "cchan_sem_set_get");
+                break;
+            }
+            for (int b = 0; b < EXEC_NBUF; b++) {
+                if (!(cd->remote_mask & (1u << b))) continue;
+                if (b == EXEC_BUF_SCRATCH)
+                    c->remote[b] = (uint8_t *)cchan_mem_ptr(e->peer_scratch[cd->peer]);
+                else
+                    c->remote[b] =
+                        (uint8_t *)cchan_mem_ptr(reg[b]->peers[cd->peer]) + hb.port_off[b];
+                if (!c->remote[b]) {
+                    st = execi_error(CCHAN_ERR_UNSUPPORTED, where,
+                                     "channels[%u]: rank %d's %s is not mapped here (another "
+                                     "host?): use a port channel",
+                                     k, cd->peer, buf_names[b]);
+                    break;
+                }
+            }
+            continue;
+        }
+        /* port */
+        c->anchor = (int16_t)np;
+        ports[np++] = e->anchors[kk];
+        for (int pr = 0; pr < 9 && st == 0; pr++) {
+            if (!(cd->port_pairs & (1u << pr))) continue;
+            int sb = pr / 3, db = pr % 3;
+            cchan_mem_t *src = sb == EXEC_BUF_SCRATCH ? e->scratch : reg[sb]->local;
+            cchan_mem_t *dst =
+                db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer] : reg[db]->peers[cd->peer];
+            const exec_sub_t *u = NULL;
+            if ((st = sub_get(e, k, i, (uint32_t)pr, src, dst, &u))) break;
+            ports[np] = u->port;
+            c->port[pr] = (int16_t)np++;
+        }
+    }
+    if (st) goto fail;
+    if ((st = dev_put(e, ch, (size_t)nch * ni * sizeof *ch, (void **)&bd->ch_dev))) goto fail;
+    if ((st = dev_put(e, ports, (nports ? nports : 1) * sizeof *ports, (void **)&bd->ports_dev)))
+        goto fail;
+    for (uint32_t i = 0; i < ni; i++) {
+        hbs[i] = hb;
+        hbs[i].ch = bd->ch_dev + (size_t)i * me->nch;
+        hbs[i].ports = bd->ports_dev; /* channel port indices are into the whole array */
+        hbs[i].barrier =
+            e->barrier_dev ? e->barrier_dev + (size_t)i * (size_t)(e->nranks - 1) : NULL;
+        hbs[i].npeers = (uint32_t)(e->nranks - 1);
+        hbs[i].lsem = e->lsem_dev + (size_t)i * e->lsem_stride;
+        hbs[i].epochs = e->epochs_dev;
+        hbs[i].ctl = e->ctl;
+    }
+    if ((st = dev_put(e, hbs, sizeof *hbs * ni, (void **)&bd->dev))) goto fail;
+    bd->send = send;
+    bd->recv = recv;
+    bd->in_bytes = in_bytes;
+    bd->gen = e->gen;
+    free(ch);
+    free(ports);
+    free(hbs);
+    *out = bd;
+    return 0;
+fail:
+    if (bd) {
+        dev_free(e, bd->ch_dev);
+        dev_free(e, bd->ports_dev);
+        dev_free(e, bd->dev);
+    }
+    free(bd);
+    free(ch);
+    free(ports);
+    free(hbs);
+    return st;
+}
+
+/* ------------------------------------------------------------------ run */
+
+typedef struct host_block {
+    const exec_kargs_t *a;
+    uint32_t block;
+    int status;
+} host_block_t;
+
+static void *host_block_main(void *p) {
+    host_block_t *hb = (host_block_t *)p;
+    hb->status = exec_block_run(hb->a, hb->block, 0, 1, NULL);
+    return NULL;
+}
+
+static int run_host(cchan_exec_t *e, const exec_kargs_t *a, uint32_t nblocks) {
+    static const char *where = "cchan_exec_run";
+    host_block_t hb[EXEC_HOST_THREADS_MAX];
+    pthread_t th[EXEC_HOST_THREADS_MAX];
+    uint32_t started = 0;
+    int st = 0;
+    for (uint32_t b = 0; b < nblocks; b++) {
+        hb[b].a = a;
+        hb[b].block = b;
+        hb[b].status = 0;
+        if (b + 1 == nblocks) break; /* the calling thread runs the last block */
+        int r = pthread_create(&th[b], NULL, host_block_main, &hb[b]);
+        if (r) {
+            /* blocks already started would wait forever for their siblings: fatal */
+            st = execi_error(-r, where, "pthread_create for block %u of %u", b, nblocks);
+            break;
+        }
+        started++;
+    }
+    if (!st) host_block_main(&hb[nblocks - 1]);
+    for (uint32_t b = 0; b < started; b++) pthread_join(th[b], NULL);
+    if (st) return st;
+    for (uint32_t b = 0; b < nblocks; b++)
+        if (hb[b].status) {
+            int s = hb[b].status;
+            char diag[512];
+            snprintf(diag, sizeof diag, "%s", cchan_last_error());
+            (void)e;
+            return execi_error(s, where,
+                               "plan \"%s\", rank %d, block %u: %s (a wait passed the deadline, "
+                               "CCHAN_TIMEOUT_MS, or a port request failed) %s",
+                               e->plan->name, e->rank, b, cchan_strerror(s), diag);
+        }
+    return 0;
+}
+
+/* The call's checks, without side effects: 0 and the sizes, or the error. */
+static int run_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
+                     cchan_exec_dtype_t dtype, cchan_exec_redop_t op, uint64_t *in_out,
+                     uint64_t *out_out, const char *where) {
+    if (!e) return execi_error(-EINVAL, where, "exec is NULL");
+    const cchan_exec_plan_t *p = e->plan;
+    size_t es = cchan_exec_dtype_size(dtype);
+    if (!es)
+        return execi_error(-EINVAL, where, "dtype %d: want CCHAN_EXEC_F32, F16 or BF16",
+                           (int)dtype);
+    if (op != CCHAN_EXEC_SUM)
+        return execi_error(-EINVAL, where, "op %d: want CCHAN_EXEC_SUM", (int)op);
+    if (!send || !recv) return execi_error(-EINVAL, where, "send and recv must not be NULL");
+    if (count > UINT64_MAX / es) return execi_error(-EINVAL, where, "count %zu overflows", count);
+    uint64_t in_bytes = (uint64_t)count * es;
+    if (in_bytes % p->granularity)
+        return execi_error(-EINVAL, where,
+                           "count %zu (%llu bytes): plan \"%s\" runs multiples of its granularity, "
+                           "%llu bytes",
+                           count, (unsigned long long)in_bytes, p->name,
+                           (unsigned long long)p->granularity);
+    uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];
+    uint64_t out_bytes = chunk * p->buf_chunks[EXEC_BUF_OUTPUT];
+    const uint8_t *s = (const uint8_t *)send, *r = (const uint8_t *)recv;
+    if (p->inplace) {
+        const uint8_t *want = r;
+        if (p->collective == CCHAN_EXEC_ALLGATHER) want = r + (uint64_t)e->rank * in_bytes;
+        if (s != want)
+            return execi_error(
+                -EINVAL, where,
+                "plan \"%s\" is in place: send must be %s (recv%s), got %p for recv %p", p->name,
+                "the input's place in recv",
+                p->collective == CCHAN_EXEC_ALLGATHER ? " + rank * in_bytes" : "", send, recv);
+    } else if (e->uses_input && s < r + out_bytes && r < s + in_bytes) {
+        /* (a rank whose input nothing reads, a broadcast's non-root, may pass any send) */
+        return execi_error(-EINVAL, where,
+                           "plan \"%s\" is out of place: send [%p, +%llu) and recv [%p, +%llu) "
+                           "overlap (load an in-place plan)",
+                           p->name, send, (unsigned long long)in_bytes, recv,
+                           (unsigned long long)out_bytes);
+    }
+    for (int b = 0; b < 2; b++) {
+        if (!(p->need_reg & (1u << b)) || (b == EXEC_BUF_INPUT && p->inplace)) continue;
+        const void *ptr = b ? recv : send;
+        uint64_t len = b ? out_bytes : in_bytes;
+        if (!reg_find(e, ptr, len))
+            return execi_error(-EINVAL, where,
+                               "plan \"%s\" reaches the peers' %s: register the %s buffer (%p, "
+                               "%llu bytes) with cchan_exec_register on every rank",
+                               p->name, buf_names[b], b ? "recv" : "send", ptr,
+                               (unsigned long long)len);
+    }
+    *in_out = in_bytes;
+    *out_out = out_bytes;
+    return 0;
+}
+
+int cchan_exec_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
+                     cchan_exec_dtype_t dtype) {
+    execi_clear_error();
+    uint64_t ib = 0, ob = 0;
+    return run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, "cchan_exec_check");
+}
+
+int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
+                   cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream) {
+    static const char *where = "cchan_exec_run";
+    execi_clear_error();
+    if (e && count == 0) return 0;
+    uint64_t in_bytes = 0, out_bytes = 0;
+    int cst = run_check(e, send, recv, count, dtype, op, &in_bytes, &out_bytes, where);
+    if (cst) return cst;
+    const cchan_exec_plan_t *p = e->plan;
+    uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];
+    int st = scratch_grow(e, in_bytes);
+    if (st) return st;
+    exec_binding_t *bd = e->bindings;
+    while (bd &&
+           !(bd->send == send && bd->recv == recv && bd->in_bytes == in_bytes && bd->gen == e->gen))
+        bd = bd->next;
+    if (!bd) {
+        if ((st = bind_build(e, send, recv, in_bytes, out_bytes, &bd))) return st;
+        bd->next = e->bindings;
+        e->bindings = bd;
+    }
+    exec_kargs_t a;
+    memset(&a, 0, sizeof a);
+    a.prog = e->prog_dev;
+    a.bind = bd->dev;
+    a.nblocks = e->me->nblocks;
+    a.ops_off = e->ops_off;
+    a.refs_off = e->refs_off;
+    a.dtype = (uint32_t)dtype;
+    a.chunk_bytes = chunk;
+    a.loop_unit = p->loop_unit;
+    a.pblocks = p->nblocks;
+    {
+        /* every instance's part of a chunk: a multiple of align */
+        uint64_t per = (chunk + e->ninst - 1) / e->ninst;
+        a.inst_bytes = (per + p->align - 1) / p->align * p->align;
+    }
+    a.align = p->align;
+    a.scratch_stride = chunk * p->scratch_factor;
+    /* The halves stay where they are whatever the size: a peer one run ahead writes the other
+     * half, which must not overlap what this rank still reads, even when the sizes differ. */
+    a.scratch_half = p->ll_double_buffer ? e->scratch_bytes / 2 : 0;
+    a.use_smem = e->smem != 0;
+    if (e->platform == CCHAN_PLATFORM_HOST) return run_host(e, &a, e->grid);
+    /* programmatic dependent launch up to 2 MiB, as cchan_coll does (CCHAN_EXEC_PDL=0: off) */
+    int pdl = e->pdl && in_bytes <= EXEC_PDL_MAX_BYTES;
+    return execi_cuda_launch(e->device, &a, e->grid, e->nthreads, e->smem, p->cross_block, pdl,
+                             stream);
+}

@@ -1,0 +1,77 @@
+/* cchan_exec internals shared by the loader (exec_plan.c), the runtime (exec.c) and the CUDA
+ * launcher (exec_cuda.cu). */
+#ifndef CCHAN_EXEC_INTERNAL_H
+#define CCHAN_EXEC_INTERNAL_H
+
+#include "cchan_exec.h"
+#include "exec_interp.h"
+#include "exec_program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct exec_chan_desc {
+    int type; /* exec_chan_type */
+    int peer;
+    int index;
+    unsigned remote_mask; /* 1 << exec_buf the peer's buffers this channel reaches */
+    unsigned port_pairs;  /* port: 1 << (src_buf * 3 + dst_buf) of the puts on this channel */
+} exec_chan_desc_t;
+
+typedef struct exec_rank_desc {
+    uint32_t scratch_chunks;
+    uint32_t semaphores;
+    uint32_t nch;
+    exec_chan_desc_t *ch;
+    uint32_t nblocks;
+    exec_block_t *blocks;
+    exec_op_t *ops;
+    exec_ref_t *refs;
+    uint32_t nops, nrefs;
+    uint32_t max_block_bytes; /* the largest block's ops + refs, bytes (shared memory) */
+} exec_rank_desc_t;
+
+struct cchan_exec_plan {
+    char *name;
+    cchan_exec_collective_t collective;
+    int nranks;
+    int root;
+    int protocol;
+    int inplace;
+    uint64_t min_bytes, max_bytes, align, granularity, loop_unit;
+    uint32_t buf_chunks[EXEC_NBUF]; /* buffers.input, .output, .scratch */
+    uint32_t scratch_factor;
+    int ll_double_buffer;
+    uint32_t nblocks; /* the most over all ranks */
+    int uses_port, cross_block, uses_packets, uses_barrier;
+    unsigned need_reg; /* 1 << exec_buf: input/output some peer reaches (registration needed) */
+    uint32_t mem_sems, port_sems; /* semaphore indices per peer: max channel index + 1 */
+    exec_rank_desc_t *ranks;
+};
+
+/* Records the calling thread's error message (cchan_exec_last_error) and returns status. */
+int execi_error(int status, const char *where, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+void execi_clear_error(void);
+
+/* CUDA side (exec_cuda.cu; stubs in exec_nocuda.c). */
+int execi_cuda_alloc(int device, size_t bytes, void **out);
+int execi_cuda_free(int device, void *ptr);
+int execi_cuda_upload(int device, void *dst, const void *src, size_t bytes);
+int execi_cuda_sync(int device);
+/* Checks that nblocks blocks of nthreads threads with smem bytes of shared memory can be resident
+ * at once (cooperative launch); 0 or an error naming the limit. */
+int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
+                       int cooperative);
+int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
+                      uint32_t smem, int cooperative, int pdl, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCHAN_EXEC_INTERNAL_H */
