@@ -3,6 +3,7 @@
 # Does nothing, quickly, when everything is present (one dpkg-query call).
 #
 #   required  cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev
+#             libjansson-dev       the plan executor (cchan_exec) reads plans with jansson
 #   optional  libclang-rt-dev      libFuzzer for the fuzz tests (else a deterministic driver runs)
 #             hipcc                HIP compile checks (else hygiene_hipcc_* are skipped)
 #             python3-matplotlib   benchmark plots
@@ -19,7 +20,7 @@ if [ "${CCHAN_SKIP_DEPS:-0}" = 1 ]; then
     exit 0
 fi
 
-required=(cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev)
+required=(cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev libjansson-dev)
 optional=()
 if [ "${CCHAN_DEPS_OPTIONAL:-1}" != 0 ]; then
     optional=(libclang-rt-dev hipcc python3-matplotlib
