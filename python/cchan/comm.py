@@ -1,0 +1,261 @@
+"""cchan.Comm: a cchan communicator from the launcher's environment, a torch.distributed process
+group or a unique id."""
+
+import ctypes
+import os
+import weakref
+
+from . import _lib
+from ._lib import CchanError, check
+from ._torch import ClosedError, torch
+
+_PLATFORMS = {"host": _lib.PLATFORM_HOST, "cpu": _lib.PLATFORM_HOST, "cuda": _lib.PLATFORM_CUDA}
+
+
+def unique_id():
+    """A new unique id (bytes, 128): made on one process, given to every rank with its rank and the
+    size (Comm.from_unique_id); the root listens at the address it names."""
+    uid = _lib.UniqueId()
+    check(_lib.core().cchan_get_unique_id(ctypes.byref(uid)), "cchan_get_unique_id")
+    return bytes(uid.internal)
+
+
+def _cuda_built():
+    try:
+        return "cuda" in _lib.core().cchan_version().decode()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _resolve_platform(platform):
+    if platform is None or platform == "auto":
+        return "cuda" if torch.cuda.is_available() and _cuda_built() else "host"
+    if platform not in _PLATFORMS:
+        raise ValueError(f"platform: expected 'auto', 'host' or 'cuda', got {platform!r}")
+    if platform == "cuda" and not torch.cuda.is_available():
+        raise ValueError("platform: 'cuda' asked for, but torch sees no CUDA device")
+    return "host" if platform == "cpu" else platform
+
+
+class Comm:
+    """A cchan communicator: every rank of a job, one process each.
+
+        comm = cchan.Comm()                                  # torchrun, Open MPI, Slurm, cchan-run
+        comm = cchan.Comm.from_process_group(group)          # the id broadcast over the group
+        comm = cchan.Comm.from_unique_id(uid, rank, size)    # uid from cchan.unique_id()
+
+    platform: 'auto' (CUDA where torch sees a GPU and the library was built with CUDA, else the
+    host backend: CPU threads over shared memory), 'host' or 'cuda'. device: the GPU ordinal on
+    CUDA; None takes the local rank modulo the GPUs torch sees (and makes it torch's current
+    device). timeout_ms: deadline of device-side waits (None: CCHAN_TIMEOUT_MS or the default).
+
+    close() (or leaving a `with` block) destroys the objects made on the communicator (collectives,
+    MoE buffers, registrations; collective calls, so every rank closes); memory from cchan.empty()
+    stays valid while tensors view it, and the C communicator goes when the last of it does.
+    """
+
+    def __init__(self, platform="auto", device=None, timeout_ms=None, *, _bootstrap=None):
+        lib = _lib.core()
+        self._ptr = None
+        self._closed = False
+        self._children = []  # weak references to objects to close with the communicator
+        self._live_mem = 0  # cchan.empty() allocations still viewed by tensors
+        bs = ctypes.c_void_p()
+        if _bootstrap is None:
+            check(lib.cchan_bootstrap_create_from_env(ctypes.byref(bs)),
+                  "cchan_bootstrap_create_from_env")
+        else:
+            bs = _bootstrap
+        try:
+            plat = _resolve_platform(platform)
+            local_rank = lib.cchan_bootstrap_local_rank(bs)
+            dev = -1
+            if plat == "cuda":
+                ndev = torch.cuda.device_count()
+                if device is None:
+                    dev = max(local_rank, 0) % ndev
+                else:
+                    dev = torch.device(device).index if not isinstance(device, int) else device
+                    if dev is None or not 0 <= dev < ndev:
+                        raise ValueError(f"device: expected a CUDA ordinal in [0, {ndev}), got "
+                                         f"{device!r}")
+                torch.cuda.set_device(dev)
+            elif device is not None and torch.device(device).type != "cpu":
+                raise ValueError(f"device: the host platform runs on the CPU, got {device!r}")
+            cfg = _lib.comm_config(_PLATFORMS[plat], dev, timeout_ms)
+            out = ctypes.c_void_p()
+            check(lib.cchan_comm_create(bs, ctypes.byref(cfg), ctypes.byref(out)),
+                  "cchan_comm_create")
+        except BaseException:
+            lib.cchan_bootstrap_destroy(bs)
+            raise
+        self._ptr = out
+        self.rank = lib.cchan_comm_rank(out)
+        self.size = lib.cchan_comm_size(out)
+        self.local_rank = lib.cchan_bootstrap_local_rank(bs)
+        self.local_size = lib.cchan_bootstrap_local_size(bs)
+        self.platform = "cuda" if lib.cchan_comm_platform(out) == _lib.PLATFORM_CUDA else "host"
+        self.device = (torch.device("cuda", lib.cchan_comm_device(out))
+                       if self.platform == "cuda" else torch.device("cpu"))
+
+    # ---------------------------------------------------------------- constructors
+
+    @classmethod
+    def from_env(cls, platform="auto", device=None, timeout_ms=None):
+        """From the launcher's variables (torchrun, Open MPI, MPICH/PMI, Slurm, cchan-run)."""
+        return cls(platform, device, timeout_ms)
+
+    @classmethod
+    def from_unique_id(cls, uid, rank, size, platform="auto", device=None, timeout_ms=None):
+        if not isinstance(uid, (bytes, bytearray)) or len(uid) != 128:
+            raise ValueError(f"uid: expected the 128 bytes of cchan.unique_id(), got "
+                             f"{type(uid).__name__} of length {len(uid) if hasattr(uid, '__len__') else '?'}")
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"size: expected a positive int, got {size!r}")
+        if not isinstance(rank, int) or not 0 <= rank < size:
+            raise ValueError(f"rank: expected an int in [0, {size}), got {rank!r}")
+        u = _lib.UniqueId()
+        ctypes.memmove(u.internal, bytes(uid), 128)
+        bs = ctypes.c_void_p()
+        check(_lib.core().cchan_bootstrap_create(ctypes.byref(u), rank, size, ctypes.byref(bs)),
+              "cchan_bootstrap_create")
+        return cls(platform, device, timeout_ms, _bootstrap=bs)
+
+    @classmethod
+    def from_process_group(cls, group=None, platform="auto", device=None, timeout_ms=None):
+        """Collective over a torch.distributed process group (None: the default group): rank 0 of
+        the group makes the unique id and broadcasts it over the group (gloo: a CPU tensor, nccl:
+        a CUDA tensor)."""
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError("group: torch.distributed is not initialized "
+                             "(call torch.distributed.init_process_group first)")
+        g = group if group is not None else dist.group.WORLD
+        rank, size = dist.get_rank(g), dist.get_world_size(g)
+        backend = dist.get_backend(g)
+        dev = torch.device("cpu")
+        if backend == "nccl":
+            dev = torch.device("cuda", torch.cuda.current_device())
+        buf = torch.zeros(128, dtype=torch.uint8)
+        if rank == 0:
+            buf.copy_(torch.tensor(list(unique_id()), dtype=torch.uint8))
+        t = buf.to(dev)
+        src = dist.get_global_rank(g, 0) if hasattr(dist, "get_global_rank") else \
+            dist.distributed_c10d._get_global_rank(g, 0)
+        dist.broadcast(t, src=src, group=g)
+        uid = bytes(t.cpu().tolist())
+        return cls.from_unique_id(uid, rank, size, platform, device, timeout_ms)
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def handle(self):
+        """The cchan_comm_t * as an int (for C extensions)."""
+        self.check_open()
+        return self._ptr.value
+
+    def check_open(self, name="comm"):
+        if self._closed:
+            raise ClosedError(f"{name}: the communicator is closed (expected an open cchan.Comm)")
+
+    def barrier(self):
+        self.check_open()
+        lib = _lib.core()
+        check(lib.cchan_bootstrap_barrier(lib.cchan_comm_bootstrap(self._ptr)),
+              "cchan_bootstrap_barrier")
+
+    def check_device(self):
+        """Raises CchanError naming an expired device-side wait, if any."""
+        self.check_open()
+        check(_lib.core().cchan_comm_check_device(self._ptr), "cchan_comm_check_device")
+
+    def _adopt(self, obj):
+        self._children.append(weakref.ref(obj))
+
+    def _mem_acquired(self):
+        self._live_mem += 1
+
+    def _mem_released(self):
+        self._live_mem -= 1
+        if self._closed and self._live_mem == 0:
+            self._destroy()
+
+    def _destroy(self):
+        if self._ptr is not None:
+            st = _lib.core().cchan_comm_destroy(self._ptr)
+            if st == 0:
+                self._ptr = None
+
+    def close(self):
+        """Collective: destroys the collectives, MoE buffers and registrations made on this
+        communicator (in the order they were made), then the communicator (once no tensor from
+        cchan.empty() is left)."""
+        if self._closed:
+            return
+        errors = []
+        for ref in self._children:
+            obj = ref()
+            if obj is not None:
+                try:
+                    obj.close()
+                except CchanError as e:
+                    errors.append(e)
+        self._children = []
+        self._closed = True
+        if self._live_mem == 0:
+            self._destroy()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        # Not collective here: only the C communicator, when nothing else holds it.
+        try:
+            if not self._closed and self._ptr is not None and not self._children \
+                    and self._live_mem == 0:
+                self._closed = True
+                self._destroy()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"{self.platform}, device {self.device}"
+        return f"cchan.Comm(rank {self.rank} of {self.size}, {state})"
+
+    # ---------------------------------------------------------------- collectives (cchan.coll)
+
+    def _collectives(self):
+        from .coll import _comm_coll
+
+        return _comm_coll(self)
+
+    def all_reduce(self, t, out=None):
+        """out = sum over ranks of t (out=None: a new tensor; out=t: in place)."""
+        return self._collectives().all_reduce(t, out=out)
+
+    def all_gather(self, t, out=None):
+        """out[r * n:(r + 1) * n] = rank r's t along dim 0 (out=None: a new tensor)."""
+        return self._collectives().all_gather(t, out=out)
+
+    def reduce_scatter(self, t, out=None):
+        """out = this rank's 1/size of the sum over ranks of t along dim 0."""
+        return self._collectives().reduce_scatter(t, out=out)
+
+
+def env_rank():
+    """The rank the launcher's environment names, or None (for scripts choosing what to run)."""
+    for v in ("CCHAN_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return None
