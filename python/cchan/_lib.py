@@ -10,8 +10,9 @@ Where the libraries are looked for, first hit wins:
   2. the paths written at `make install` into _install_paths.py (the installed prefix's libdir);
   3. a build tree next to this source tree (<repo>/build), when the package runs from the source;
   4. the directories above the package (a prefix such as $PREFIX/lib/python3.11/site-packages/cchan
-     -> $PREFIX/lib);
-  5. the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache).
+     -> $PREFIX/lib), and the lib folder next to the bin folder of `cchan-run` on PATH;
+  5. the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache: /usr/local/lib after
+     ldconfig).
 """
 
 import ctypes
@@ -106,6 +107,11 @@ def _search_dirs():
     for _ in range(5):
         p = os.path.dirname(p)
         dirs.append(p)
+    import shutil
+
+    run = shutil.which("cchan-run")
+    if run:
+        dirs.append(os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(run))), "lib"))
     return dirs
 
 

@@ -1,0 +1,74 @@
+"""`import cchan` needs neither torch nor the C libraries (cchan.dsl, pure Python, must keep
+working without them); the tensor API says what is missing; the libraries are found through
+CCHAN_LIBRARY_PATH, and a clear ImportError names CCHAN_LIBRARY_PATH where they are not found.
+
+    python3 test/python/test_import.py <build dir>
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+build = os.path.abspath(sys.argv[1])
+here = os.path.dirname(os.path.abspath(__file__))
+pkg = os.path.join(here, "..", "..", "python")
+failures = []
+
+
+def run(code, env_extra, path):
+    env = {k: v for k, v in os.environ.items() if k not in ("CCHAN_LIBRARY_PATH", "PYTHONPATH")}
+    env.update(env_extra)
+    env["PYTHONPATH"] = path
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def expect(cond, what, out=""):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+        print(out)
+
+
+# 1. without torch: import cchan works, the tensor API names what is missing
+no_torch = "import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None\n"
+rc, out = run(no_torch + "import cchan; print(cchan.__version__); assert 'torch' not in "
+              "str(list(sys.modules)) or sys.modules['torch'] is None", {}, pkg)
+expect(rc == 0, "import cchan without torch", out)
+rc, out = run(no_torch + "import cchan\ntry:\n    cchan.Comm\nexcept ImportError as e:\n"
+              "    print('IE', e)\n", {}, pkg)
+expect(rc == 0 and "IE" in out and "python3-torch" in out, "cchan.Comm without torch says why",
+       out)
+if os.path.isdir(os.path.join(pkg, "cchan", "dsl")):
+    rc, out = run(no_torch + "import cchan.dsl", {"CCHAN_LIBRARY_PATH": "/nonexistent"}, pkg)
+    expect(rc == 0, "import cchan.dsl without torch or the libraries", out)
+
+# 2. the libraries through CCHAN_LIBRARY_PATH (a build tree's top directory is enough)
+code = "import cchan._lib as l; print(l.core().cchan_version().decode()); l.coll(); l.moe(); " \
+       "print(l.library_paths())"
+rc, out = run(code, {"CCHAN_LIBRARY_PATH": "/nonexistent:" + build}, pkg)
+expect(rc == 0 and build in out, "libraries from CCHAN_LIBRARY_PATH", out)
+
+# 3. a copy of the package away from any build tree, no CCHAN_LIBRARY_PATH, nothing on the
+#    loader's path: an ImportError naming CCHAN_LIBRARY_PATH (not a crash)
+tmp = tempfile.mkdtemp(prefix="cchan-import-")
+try:
+    shutil.copytree(os.path.join(pkg, "cchan"), os.path.join(tmp, "cchan"),
+                    ignore=shutil.ignore_patterns("__pycache__", "_install_paths.py"))
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": ""}
+    rc, out = run("import cchan._lib as l\ntry:\n    l.core()\nexcept ImportError as e:\n"
+                  "    print('IE', e)\nelse:\n    print('loaded', l.library_paths())", env, tmp)
+    if "loaded" in out:
+        print("SKIP part 3: a libcchan.so is installed system-wide: " + out.strip())
+    else:
+        expect(rc == 0 and "IE" in out and "CCHAN_LIBRARY_PATH" in out,
+               "missing libraries: ImportError naming CCHAN_LIBRARY_PATH", out)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print(f"test_import: {len(failures)} failures")
+sys.exit(1 if failures else 0)
