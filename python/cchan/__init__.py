@@ -36,6 +36,7 @@ _LAZY = {
     "moe": ("moe", None),
     "coll": ("coll", None),
     "memory": ("memory", None),
+    "dsl": ("dsl", None),
 }
 
 
