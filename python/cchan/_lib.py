@@ -23,11 +23,8 @@ import threading
 from ctypes import (
     POINTER,
     Structure,
-    c_char,
     c_char_p,
     c_int,
-    c_int32,
-    c_int64,
     c_size_t,
     c_uint8,
     c_uint32,
@@ -447,5 +444,3 @@ def _moe_prototypes(lib):
 _PROTOTYPES = {"core": _core_prototypes, "coll": _coll_prototypes, "moe": _moe_prototypes}
 
 __all__ = ["CchanError", "core", "coll", "moe", "check", "library_paths"]
-
-

@@ -661,6 +661,15 @@ def case_moe_ht():
 # ------------------------------------------------------------------ CUDA graphs
 
 
+def capturing(g):
+    """torch.cuda.graph(g), capturing in thread-local mode where this torch offers it (the mode
+    cchan's own benchmarks capture in)."""
+    try:
+        return torch.cuda.graph(g, capture_error_mode="thread_local")
+    except TypeError:  # torch < 2.1
+        return torch.cuda.graph(g)
+
+
 def case_graph():
     if DEV.type != "cuda":
         return
@@ -674,7 +683,7 @@ def case_graph():
     torch.cuda.current_stream().wait_stream(s)
     sync()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with capturing(g):
         comm.all_reduce(x, out=out)
     for i in range(5):
         x.fill_(float(RANK + i))
@@ -694,7 +703,7 @@ def case_graph():
     sync()
     comm.barrier()
     g2 = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g2):
+    with capturing(g2):
         recv_x, counts, handle, _, _ = buf.low_latency_dispatch(x, topk, B, E, use_fp8=False)
         y.copy_(recv_x)  # the "experts": identity
         comb, _, _ = buf.low_latency_combine(y, topk, w, handle)
