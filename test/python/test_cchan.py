@@ -49,6 +49,9 @@ store = f"/tmp/cchan-pytest-{session}-{os.getppid()}"
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=RANK, world_size=SIZE)
 
 PLATFORM = "cuda" if args.device == "cuda" else "host"
+# Blocks per MoE kernel (0: the library's default, every SM); ranks sharing a GPU under MPS pass a
+# number that fits their share, since the low-latency kernels' blocks must all be resident.
+MOE_BLOCKS = int(os.environ.get("CCHAN_TEST_MOE_BLOCKS", "0"))
 comm = cchan.Comm.from_process_group(platform=PLATFORM)
 DEV = comm.device
 failures = []
@@ -444,7 +447,8 @@ def check_combine(what, got, x, topk, w, weighted=True):
 def case_moe_ll():
     E, H, K, B = 8 * SIZE, 256, 4, 16
     hint = cmoe.Buffer.get_low_latency_rdma_size_hint(B, H, SIZE, E)
-    buf = cmoe.Buffer(comm, num_rdma_bytes=hint, low_latency_mode=True)
+    buf = cmoe.Buffer(comm, num_rdma_bytes=hint, low_latency_mode=True,
+                      num_blocks=MOE_BLOCKS)
     stats = torch.zeros(E // SIZE, dtype=torch.int32, device=DEV)
     total = torch.zeros(E // SIZE, dtype=torch.int32)
     for it in range(4):
@@ -597,7 +601,7 @@ def moe_bad_input(buf, E):
 
 def case_moe_ht():
     E, H, K, B = 4 * SIZE, 256, 3, 40
-    buf = cmoe.Buffer(comm)
+    buf = cmoe.Buffer(comm, num_blocks=MOE_BLOCKS)
     for it in range(2):
         xs, topks, ws = make_pass(50 + it, E, H, K, B)
         x, topk, w = xs[RANK].to(DEV), topks[RANK].to(DEV), ws[RANK].to(DEV)
@@ -693,7 +697,7 @@ def case_graph():
         expect(bool((out == want).all()), f"graph all_reduce replay {i}")
     # dispatch + combine captured (fixed routing tensor whose contents change between replays)
     E, H, K, B = 8 * SIZE, 256, 4, 16
-    buf = cmoe.Buffer(comm, low_latency_mode=True)
+    buf = cmoe.Buffer(comm, low_latency_mode=True, num_blocks=MOE_BLOCKS)
     xs, topks, ws = make_pass(60, E, H, K, B, tokens=[B] * SIZE)
     x = xs[RANK].to(DEV)
     topk = topks[RANK].to(DEV)
