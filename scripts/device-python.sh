@@ -12,7 +12,8 @@
 #   scripts/device-python.sh
 #
 # Environment: OUT (default build-device-python/out), BUILD (default build-device-python), JOBS,
-# PYTHON (default python3), BENCH_ARGS (extra options for both benchmarks, e.g. "--tokens 64").
+# PYTHON (default python3), BENCH_ARGS (extra options for both benchmarks, e.g. "--tokens 64"),
+# PY_BENCH_ARGS (for bench_py.py only, e.g. "--blocks 32" where ranks share a GPU).
 # NVLink multicast is never used (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -21,6 +22,7 @@ DEST=${OUT:-$BUILD/out}
 JOBS=${JOBS:-$(nproc)}
 PY=${PYTHON:-python3}
 read -r -a bench_args <<<"${BENCH_ARGS:-}"
+read -r -a py_bench_args <<<"${PY_BENCH_ARGS:-}"
 mkdir -p "$DEST" "$BUILD"
 export NCCL_NVLS_ENABLE=0
 unset CCHAN_NVLS CCHAN_MOE_VARIANT
@@ -60,7 +62,7 @@ t=${PIPESTATUS[0]}
 "${run[@]}" "$BUILD/bench/moe/cchan-moe-bench" --mode ll --no-nccl "${bench_args[@]}" 2>&1 |
     tee "$DEST/moe_bench.log"
 "${run[@]}" "$PY" python/bench/bench_py.py --moe-bench-log "$DEST/moe_bench.log" "${bench_args[@]}" \
-    2>&1 | tee "$DEST/bench_py.log"
+    "${py_bench_args[@]}" 2>&1 | tee "$DEST/bench_py.log"
 b=${PIPESTATUS[0]}
 [ "$b" = 0 ] || status=1
 stop_mps

@@ -263,6 +263,13 @@ def case_coll_bad_input():
     raises(ValueError, "out", comm.reduce_scatter, torch.ones(SIZE * 2, device=DEV),
            out=torch.ones(3, device=DEV))
     raises(ValueError, "out", comm.all_reduce, x, out=torch.ones(8, device="meta"))
+    if DEV.type == "cuda" and torch.cuda.device_count() > 1:
+        other = torch.device("cuda", (DEV.index + 1) % torch.cuda.device_count())
+        raises(ValueError, f"expected a tensor on {DEV}", comm.all_reduce,
+               torch.ones(8, device=other))
+        raises(ValueError, "out", comm.all_reduce, x, out=torch.ones(8, device=other))
+    if DEV.type == "cuda":
+        raises(ValueError, "t", comm.all_reduce, torch.ones(8))  # a CPU tensor
 
 
 def case_custom_allreduce():
@@ -552,6 +559,12 @@ def moe_bad_input(buf, E):
     raises(TypeError, "x", d, x.float(), topk, B, E)
     raises(ValueError, "x", d, torch.ones((4, H), dtype=torch.bfloat16, device="meta"), topk, B, E)
     raises(ValueError, "x", d, x[0], topk, B, E)
+    if DEV.type == "cuda" and torch.cuda.device_count() > 1:
+        other = torch.device("cuda", (DEV.index + 1) % torch.cuda.device_count())
+        raises(ValueError, "x", d, x.to(other), topk, B, E)
+        raises(ValueError, "topk_idx", d, x, topk.to(other), B, E)
+    if DEV.type == "cuda":
+        raises(ValueError, "topk_idx", d, x, topk.cpu(), B, E)
     raises(ValueError, "contiguous", d, torch.ones((H, 4), dtype=torch.bfloat16,
                                                    device=DEV).t(), topk, B, E)
     raises(ValueError, "x", d, torch.ones((4, 100), dtype=torch.bfloat16, device=DEV), topk, B, E)
