@@ -206,7 +206,12 @@ class CustomAllreduce:
                              f"{nbytes}")
         return self._coll.all_reduce(inp, out=out)
 
-    custom_all_reduce = all_reduce
+    def custom_all_reduce(self, inp):
+        """vLLM's entry point: all_reduce(inp) where should_custom_ar(inp), else None (the caller
+        falls back to another all-reduce)."""
+        if self._closed or self.disabled or not self.should_custom_ar(inp):
+            return None
+        return self._coll.all_reduce(inp)
 
     def register_buffer(self, t):
         """Collective: t's memory is used in place (zero-copy) by later calls on it."""
