@@ -47,6 +47,12 @@ class Collectives:
     def _check_in(self, t, name):
         return check_tensor(t, name, dtypes=tuple(_DTYPES), device=self.comm.device)
 
+    def _agree(self, op, t, out_numel):
+        if self.comm.check_args:
+            names = {v: k for k, v in _DTYPES.items()}
+            self.comm.agree("t", op, (t.numel(), _DTYPES[t.dtype], out_numel),
+                            lambda v: f"{v[0]} elements of {names[v[1]]} (output {v[2]})")
+
     def _check_out(self, out, t, shape):
         check_tensor(out, "out", dtypes=(t.dtype,), device=self.comm.device)
         if out.numel() != _numel(shape):
@@ -76,6 +82,7 @@ class Collectives:
             out = torch.empty_like(t, memory_format=torch.contiguous_format)
         else:
             self._check_out(out, t, t.shape)
+        self._agree("all_reduce", t, out.numel())
         check(_lib.coll().cchan_coll_allreduce(ptr, t.data_ptr(), out.data_ptr(), t.numel(),
                                                _DTYPES[t.dtype], _lib.COLL_AUTO,
                                                stream_of(t.device)),
@@ -91,6 +98,7 @@ class Collectives:
             out = torch.empty(shape, dtype=t.dtype, device=t.device)
         else:
             self._check_out(out, t, shape)
+        self._agree("all_gather", t, out.numel())
         check(_lib.coll().cchan_coll_allgather(ptr, t.data_ptr(), out.data_ptr(), t.numel(),
                                                _DTYPES[t.dtype], _lib.COLL_AUTO,
                                                stream_of(t.device)),
@@ -109,6 +117,7 @@ class Collectives:
             out = torch.empty(shape, dtype=t.dtype, device=t.device)
         else:
             self._check_out(out, t, shape)
+        self._agree("reduce_scatter", t, out.numel())
         check(_lib.coll().cchan_coll_reducescatter(ptr, t.data_ptr(), out.data_ptr(),
                                                    _numel(shape), _DTYPES[t.dtype],
                                                    _lib.COLL_AUTO, stream_of(t.device)),

@@ -48,14 +48,22 @@ class Comm:
     host backend: CPU threads over shared memory), 'host' or 'cuda'. device: the GPU ordinal on
     CUDA; None takes the local rank modulo the GPUs torch sees (and makes it torch's current
     device). timeout_ms: deadline of device-side waits (None: CCHAN_TIMEOUT_MS or the default).
+    check_args (default: CCHAN_PY_CHECK_ARGS=1 in the environment): before each collective or MoE
+    call, the ranks compare the call's shape over the bootstrap (a host all-gather) and all raise
+    ValueError naming the argument where they disagree, instead of waiting for data that never
+    comes (a device-wait timeout) or reducing mismatched buffers.
 
     close() (or leaving a `with` block) destroys the objects made on the communicator (collectives,
     MoE buffers, registrations; collective calls, so every rank closes); memory from cchan.empty()
     stays valid while tensors view it, and the C communicator goes when the last of it does.
     """
 
-    def __init__(self, platform="auto", device=None, timeout_ms=None, *, _bootstrap=None):
+    def __init__(self, platform="auto", device=None, timeout_ms=None, *, check_args=None,
+                 _bootstrap=None):
         lib = _lib.core()
+        if check_args is None:
+            check_args = os.environ.get("CCHAN_PY_CHECK_ARGS", "0") not in ("", "0")
+        self.check_args = bool(check_args)
         self._ptr = None
         self._closed = False
         self._children = []  # weak references to objects to close with the communicator
@@ -101,12 +109,13 @@ class Comm:
     # ---------------------------------------------------------------- constructors
 
     @classmethod
-    def from_env(cls, platform="auto", device=None, timeout_ms=None):
+    def from_env(cls, platform="auto", device=None, timeout_ms=None, check_args=None):
         """From the launcher's variables (torchrun, Open MPI, MPICH/PMI, Slurm, cchan-run)."""
-        return cls(platform, device, timeout_ms)
+        return cls(platform, device, timeout_ms, check_args=check_args)
 
     @classmethod
-    def from_unique_id(cls, uid, rank, size, platform="auto", device=None, timeout_ms=None):
+    def from_unique_id(cls, uid, rank, size, platform="auto", device=None, timeout_ms=None,
+                       check_args=None):
         if not isinstance(uid, (bytes, bytearray)) or len(uid) != 128:
             raise ValueError(f"uid: expected the 128 bytes of cchan.unique_id(), got "
                              f"{type(uid).__name__} of length {len(uid) if hasattr(uid, '__len__') else '?'}")
@@ -119,10 +128,11 @@ class Comm:
         bs = ctypes.c_void_p()
         check(_lib.core().cchan_bootstrap_create(ctypes.byref(u), rank, size, ctypes.byref(bs)),
               "cchan_bootstrap_create")
-        return cls(platform, device, timeout_ms, _bootstrap=bs)
+        return cls(platform, device, timeout_ms, check_args=check_args, _bootstrap=bs)
 
     @classmethod
-    def from_process_group(cls, group=None, platform="auto", device=None, timeout_ms=None):
+    def from_process_group(cls, group=None, platform="auto", device=None, timeout_ms=None,
+                           check_args=None):
         """Collective over a torch.distributed process group (None: the default group): rank 0 of
         the group makes the unique id and broadcasts it over the group (gloo: a CPU tensor, nccl:
         a CUDA tensor)."""
@@ -145,7 +155,7 @@ class Comm:
             dist.distributed_c10d._get_global_rank(g, 0)
         dist.broadcast(t, src=src, group=g)
         uid = bytes(t.cpu().tolist())
-        return cls.from_unique_id(uid, rank, size, platform, device, timeout_ms)
+        return cls.from_unique_id(uid, rank, size, platform, device, timeout_ms, check_args)
 
     # ---------------------------------------------------------------- state
 
@@ -173,6 +183,22 @@ class Comm:
         """Raises CchanError naming an expired device-side wait, if any."""
         self.check_open()
         check(_lib.core().cchan_comm_check_device(self._ptr), "cchan_comm_check_device")
+
+    def agree(self, name, what, values, describe):
+        """Collective (host): every rank's `values` (up to 8 ints) for the call `what`; raises
+        ValueError naming `name` on every rank where they differ. describe(values) -> text."""
+        vals = list(values) + [0] * (8 - len(values))
+        mine = (ctypes.c_int64 * 8)(*vals)
+        allv = (ctypes.c_int64 * (8 * self.size))()
+        lib = _lib.core()
+        check(lib.cchan_bootstrap_allgather(lib.cchan_comm_bootstrap(self._ptr), mine, allv, 64),
+              "cchan_bootstrap_allgather")
+        rows = [tuple(allv[8 * r:8 * r + 8]) for r in range(self.size)]
+        if any(r != rows[0] for r in rows):
+            diff = "; ".join(f"rank {r}: {describe(rows[r][:len(values)])}"
+                             for r in range(self.size))
+            raise ValueError(f"{name}: the ranks disagree on {what} (every rank must pass the same "
+                             f"shape and dtype): {diff}")
 
     def _adopt(self, obj):
         self._children.append(weakref.ref(obj))

@@ -334,6 +334,12 @@ class Buffer:
         if stats is not None:
             check_tensor(stats, "cumulative_local_expert_recv_stats",
                          dtypes=(torch.int32, torch.int64), device=dev, shape=(L,))
+        if self.comm.check_args:
+            self.comm.agree("num_max_dispatch_tokens_per_rank", "low_latency_dispatch",
+                            (num_experts, H, K, B, int(bool(use_fp8)), int(bool(return_recv_hook))),
+                            lambda v: f"num_experts {v[0]}, hidden {v[1]}, top-k {v[2]}, "
+                                      f"num_max_dispatch_tokens_per_rank {v[3]}, use_fp8 {v[4]}, "
+                                      f"return_recv_hook {v[5]}")
         g = self._group_for(_lib.MOE_LOW_LATENCY, num_experts, H, K, B)
         stream = stream_of(dev)
         h = Handle(g, topk32, T, stream, ht=False)
@@ -452,6 +458,13 @@ class Buffer:
         if topk_weights is not None:
             check_tensor(topk_weights, "topk_weights", dtypes=(torch.float32,), device=dev,
                          shape=(T, K))
+        if self.comm.check_args:
+            self.comm.agree("num_max_tokens_per_rank", "ht_dispatch",
+                            (num_experts, H, K, num_max_tokens_per_rank,
+                             int(topk_weights is not None)),
+                            lambda v: f"num_experts {v[0]}, hidden {v[1]}, top-k {v[2]}, "
+                                      f"num_max_tokens_per_rank {v[3]}, topk_weights "
+                                      f"{'given' if v[4] else 'None'}")
         g = self._group_for(_lib.MOE_HIGH_THROUGHPUT, num_experts, H, K, num_max_tokens_per_rank)
         stream = stream_of(dev)
         h = Handle(g, topk32, T, stream, ht=True)

@@ -752,7 +752,31 @@ def case_graph():
     buf.close()
 
 
-CASES = [case_comm, case_memory, case_all_reduce, case_all_gather, case_reduce_scatter,
+def case_check_args():
+    """check_args: ranks that disagree on a call's shape all get a ValueError naming the argument
+    (without it they would wait for data that never comes)."""
+    with cchan.Comm.from_process_group(platform=PLATFORM, check_args=True) as c:
+        raises(ValueError, "t: the ranks disagree on all_reduce", c.all_reduce,
+               torch.ones(8 if RANK == 0 else 16, device=DEV))
+        raises(ValueError, "rank 1: 16 elements", c.all_gather,
+               torch.ones(8 if RANK == 0 else 16, device=DEV))
+        dt = torch.float32 if RANK == 0 else torch.bfloat16
+        raises(ValueError, "bfloat16", c.reduce_scatter, torch.ones(8 * SIZE, dtype=dt, device=DEV))
+        y = c.all_reduce(torch.ones(8, device=DEV))  # agreeing ranks go on as before
+        expect(bool((y == SIZE).all()), "check_args: a matching call after the refusals")
+        buf = cmoe.Buffer(c, low_latency_mode=True, num_blocks=MOE_BLOCKS)
+        x = torch.ones((2, 128), dtype=torch.bfloat16, device=DEV)
+        topk = torch.tensor([[0, 1], [1, 2]], device=DEV)
+        raises(ValueError, "num_max_dispatch_tokens_per_rank: the ranks disagree",
+               buf.low_latency_dispatch, x, topk, 4 + RANK, 4 * SIZE)
+        recv, counts, h, _, _ = buf.low_latency_dispatch(x, topk, 4, 4 * SIZE, use_fp8=False)
+        y, _, _ = buf.low_latency_combine(recv, topk, torch.ones((2, 2), device=DEV), h)
+        sync()
+        expect(torch.equal(y.cpu(), 2 * x.cpu()), "check_args: MoE pass after the refusal")
+        buf.close()
+
+
+CASES = [case_comm, case_check_args, case_memory, case_all_reduce, case_all_gather, case_reduce_scatter,
          case_coll_bad_input, case_custom_allreduce, case_moe_ll, case_moe_ht, case_graph]
 
 only = [c for c in args.only.split(",") if c]
