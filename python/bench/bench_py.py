@@ -3,7 +3,8 @@ GPU under MPS):
 
   1. cchan.moe.Buffer's low-latency dispatch (fp8 and bf16) and combine give bit-identical outputs
      to the same calls made on the C API directly (ctypes, raw pointers) for the same inputs;
-  2. the time of an fp8 dispatch + combine through the Buffer against the C API's, both measured
+  2. the time of an fp8 dispatch + combine through the Buffer against the C API's (a handle made
+     once, as cchan-moe-bench does, and a handle per pass, as DeepEP's interface implies), measured
      as cchan-moe-bench measures it: CUDA graphs of 10 and 60 back-to-back operations, (T60 -
      T10) / 50 per operation, the median of --reps replays each (pass --moe-bench-log with
      cchan-moe-bench's output of the same run to add its row);
@@ -147,6 +148,27 @@ def c_pair():
     c_combine()
 
 
+# The C API as DeepEP's interface uses it: a handle per pass (routing copied on the stream), its
+# memory from torch's caching allocator as the Buffer's (so it can be created inside a capture).
+cfg2 = _lib.moe_config(_lib.MOE_LOW_LATENCY, E, H, K, B, args.blocks)
+cfg2.alloc = ctypes.cast(cmoe._alloc_cb, ctypes.c_void_p)
+cfg2.free = ctypes.cast(cmoe._free_cb, ctypes.c_void_p)
+cg2 = ctypes.c_void_p()
+_lib.check(moe.cchan_moe_group_create(comm.handle, ctypes.byref(cfg2), ctypes.byref(cg2)),
+           "cchan_moe_group_create", moe.cchan_moe_last_error)
+
+
+def c_pair_new_handle():
+    h = ctypes.c_void_p()
+    _lib.check(moe.cchan_moe_handle_create(cg2, topk32.data_ptr(), T, sptr(), ctypes.byref(h)),
+               "cchan_moe_handle_create", moe.cchan_moe_last_error)
+    _lib.check(moe.cchan_moe_dispatch(h, ctypes.byref(args_fp8), 0, sptr()), "cchan_moe_dispatch",
+               moe.cchan_moe_last_error)
+    _lib.check(moe.cchan_moe_combine(h, y.data_ptr(), w.data_ptr(), c_comb.data_ptr(), 0, sptr()),
+               "cchan_moe_combine", moe.cchan_moe_last_error)
+    moe.cchan_moe_handle_destroy(h)
+
+
 # ------------------------------------------------------------------ the Buffer
 buf = cmoe.Buffer(comm, num_rdma_bytes=cmoe.Buffer.get_low_latency_rdma_size_hint(B, H, N, E, K),
                   low_latency_mode=True, num_blocks=args.blocks)
@@ -200,6 +222,7 @@ comm.barrier()
 
 # ------------------------------------------------------------------ 2. MoE timing
 t_c = us_per_op(c_pair)
+t_c_new = us_per_op(c_pair_new_handle)
 t_py32 = us_per_op(py_pair(topk32))
 t_py64 = us_per_op(py_pair(topk64))
 
@@ -258,6 +281,7 @@ if R == 0:
         print(f"{name:44s} {us:9.2f} {cmp:>10s}")
 
     row("LL fp8 dispatch+combine, C API (ctypes)", t_c, None)
+    row("  C API, a handle per pass (DeepEP's way)", t_c_new, t_c)
     row("LL fp8 dispatch+combine, Buffer (int32 idx)", t_py32, t_c)
     row("LL fp8 dispatch+combine, Buffer (int64 idx)", t_py64, t_c)
     if bench_row is not None and args.blocks == 0:
@@ -274,5 +298,6 @@ for p in problems:
 buf.close()
 moe.cchan_moe_handle_destroy(ch)
 moe.cchan_moe_group_destroy(cg)
+moe.cchan_moe_group_destroy(cg2)
 comm.close()
 sys.exit(1 if int(all_v.sum()) else 0)
