@@ -7,7 +7,7 @@
 #   optional  libclang-rt-dev      libFuzzer for the fuzz tests (else a deterministic driver runs)
 #             hipcc                HIP compile checks (else hygiene_hipcc_* are skipped)
 #             python3-matplotlib   benchmark plots
-#             python3-numpy python3-torch python3-venv python3-pip
+#             python3-torch python3-venv python3-pip
 #                                  the Python layer's tests (test/python; python3-torch is large:
 #                                  libtorch pulls in OpenCV and FFmpeg libraries, about 180 MB to
 #                                  download); without them those tests are skipped
@@ -27,8 +27,7 @@ fi
 required=(cmake gcc g++ clang make pkg-config libcmocka-dev libibverbs-dev libnuma-dev libjansson-dev)
 optional=()
 if [ "${CCHAN_DEPS_OPTIONAL:-1}" != 0 ]; then
-    optional=(libclang-rt-dev hipcc python3-matplotlib python3-numpy python3-torch python3-venv
-        python3-pip
+    optional=(libclang-rt-dev hipcc python3-matplotlib python3-torch python3-venv python3-pip
         qemu-system-x86 busybox-static cpio kmod ibverbs-providers iproute2
         linux-image-amd64) # last: a kernel's postinst (initramfs) is the likeliest to fail
 fi

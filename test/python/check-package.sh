@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The package as users install it:
 #   1. pip install ./python into a venv (offline: --no-index --no-build-isolation, the venv sees
-#      the system's setuptools, torch and numpy), then a 2-rank all-reduce with the build tree's
+#      the system's setuptools and torch), then a 2-rank all-reduce with the build tree's
 #      libraries through CCHAN_LIBRARY_PATH;
 #   2. cmake --install into a scratch prefix: the installed package finds that prefix's libraries
 #      by itself (_install_paths.py), and the venv's package finds them through cchan-run on PATH.
@@ -10,8 +10,8 @@
 set -euo pipefail
 py=$1 src=$2 build=$3 work=$4
 
-if ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
-    echo "SKIP: $py lacks torch or numpy (Debian: apt-get install python3-torch python3-numpy)"
+if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+    echo "SKIP: $py lacks torch (Debian: apt-get install python3-torch)"
     exit 77
 fi
 if ! "$py" -c 'import venv, ensurepip, setuptools' >/dev/null 2>&1 || ! "$py" -m pip --version >/dev/null 2>&1; then

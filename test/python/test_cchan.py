@@ -7,7 +7,7 @@ replayed.
 
     cchan-run -n 2 /usr/bin/python3 test/python/test_cchan.py [--device cpu|cuda]
 
-Exit 0 when every case passed on every rank, 77 (skip) without torch/numpy or, for cuda, a GPU.
+Exit 0 when every case passed on every rank, 77 (skip) without torch or, for cuda, a GPU.
 """
 
 import argparse
@@ -16,11 +16,9 @@ import sys
 import traceback
 
 try:
-    import numpy as np
     import torch
 except ImportError as e:
-    print(f"SKIP: the Python tests need numpy and torch ({e}); Debian: apt-get install "
-          f"python3-numpy python3-torch")
+    print(f"SKIP: the Python tests need torch ({e}); Debian: apt-get install python3-torch")
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
@@ -314,36 +312,45 @@ _E4M3 = None
 
 
 def e4m3_table():
-    """Value of every e4m3fn code 0..126 (positive, finite), increasing with the code."""
+    """Value of every e4m3fn code 0..126 (positive, finite), increasing with the code (float64)."""
     global _E4M3
     if _E4M3 is None:
         v = []
         for q in range(127):
             e, m = q >> 3, q & 7
             v.append(m / 512.0 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
-        _E4M3 = np.array(v)
+        _E4M3 = torch.tensor(v, dtype=torch.float64)
     return _E4M3
 
 
 def quantize(x_bf16):
     """Reference FP8 quantizer of rows [T, H] (bf16): per 128 channels scale = max(amax, 1e-4) /
-    448 and q = e4m3(x * (448 / amax)) rounded to nearest even, all in float32 as the kernel."""
-    x = x_bf16.float().numpy().astype(np.float32)
+    448 and q = e4m3(x * (448 / amax)) rounded to nearest even, in float32 as the kernel computes.
+    Returns (uint8 codes [T, H], float32 scales [T, H / 128])."""
+    x = x_bf16.float()
     T, H = x.shape
     g = x.reshape(T, H // 128, 128)
-    amax = np.maximum(np.abs(g).max(axis=2), np.float32(1e-4)).astype(np.float32)
-    inv = (np.float32(448.0) / amax).astype(np.float32)
-    y = (g * inv[:, :, None]).astype(np.float32)
-    a = np.abs(y).astype(np.float64)
+    amax = torch.clamp(g.abs().amax(dim=2), min=1e-4)  # float32, as moe_fp8_amax_clamp
+    inv = torch.tensor(448.0, dtype=torch.float32) / amax
+    y = g * inv[:, :, None]  # float32 products
+    a = y.abs().double()
     tab = e4m3_table()
-    hi = np.clip(np.searchsorted(tab, a), 1, 126)
+    hi = torch.clamp(torch.searchsorted(tab, a), 1, 126)
     lo = hi - 1
     dlo, dhi = a - tab[lo], tab[hi] - a
-    code = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi, np.where(lo % 2 == 0, lo, hi)))
-    code = np.where(a >= 448.0, 126, code)
-    q = (code | np.where(np.signbit(y), 0x80, 0)).astype(np.uint8).reshape(T, H)
-    scales = (amax / np.float32(448.0)).astype(np.float32)
-    return q, scales
+    even = torch.where(lo % 2 == 0, lo, hi)
+    code = torch.where(dlo < dhi, lo, torch.where(dhi < dlo, hi, even))
+    code = torch.where(a >= 448.0, torch.full_like(code, 126), code)
+    code = code | torch.where(torch.signbit(y), 0x80, 0)
+    return code.to(torch.uint8).reshape(T, H), (amax / 448.0).float()
+
+
+def dequantize(q, scales):
+    """float64 values of e4m3 codes q [..., H] with per-128-channel scales [..., H / 128]."""
+    tab = torch.cat([e4m3_table(), torch.tensor([float("nan")], dtype=torch.float64)])
+    q = q.long()
+    v = tab[q & 0x7f] * torch.where((q & 0x80) != 0, -1.0, 1.0).double()
+    return v * scales.double().repeat_interleave(128, dim=-1)
 
 
 def make_pass(seed, E, H, K, B, tokens=None):
@@ -437,9 +444,9 @@ def check_ll_dispatch(what, recv_x, counts, xs, topks, E, B, fp8):
         n = min(len(rows), int(counts[e]))
         if fp8:
             q, s = quantize(src[:n])
-            expect(np.array_equal(vals[e, :n].numpy(), q), f"{what}: expert {e} fp8 values "
-                                                           f"differ from the reference quantizer")
-            expect(np.array_equal(scales[e, :n].numpy(), s), f"{what}: expert {e} scales differ")
+            expect(torch.equal(vals[e, :n], q), f"{what}: expert {e} fp8 values differ from the "
+                                                f"reference quantizer")
+            expect(torch.equal(scales[e, :n], s), f"{what}: expert {e} scales differ")
         else:
             expect(torch.equal(recv[e, :n].view(torch.int16), src[:n].view(torch.int16)),
                    f"{what}: expert {e} rows differ (bf16 must be bit-exact)")
@@ -483,11 +490,7 @@ def case_moe_ll():
         # experts run on the received rows (bf16: the rows themselves; fp8: dequantized)
         if fp8:
             v, s = recv_x
-            deq = (v.cpu().view(torch.uint8).numpy())
-            tab = np.concatenate([e4m3_table(), [np.nan]])
-            f = tab[deq & 0x7f] * np.where(deq & 0x80, -1.0, 1.0)
-            f = f * np.repeat(s.cpu().numpy(), 128, axis=2)
-            recv = torch.from_numpy(f).to(torch.bfloat16)
+            recv = dequantize(v.cpu().view(torch.uint8), s.cpu()).to(torch.bfloat16)
         else:
             recv = recv_x.cpu()
         y = run_experts(recv, counts.cpu(), E // SIZE).to(DEV)
@@ -495,14 +498,8 @@ def case_moe_ll():
         sync()
         if fp8:
             # fp8 inputs: the reference runs the experts on the dequantized rows the ranks sent
-            deq_xs = []
-            for r in range(SIZE):
-                q, s = quantize(xs[r]) if xs[r].shape[0] else (np.zeros((0, H), np.uint8), None)
-                if xs[r].shape[0]:
-                    f = tab[q & 0x7f] * np.where(q & 0x80, -1.0, 1.0) * np.repeat(s, 128, axis=1)
-                    deq_xs.append(torch.from_numpy(f).to(torch.bfloat16))
-                else:
-                    deq_xs.append(xs[r])
+            deq_xs = [dequantize(*quantize(xr)).to(torch.bfloat16) if xr.shape[0] else xr
+                      for xr in xs]
             check_combine(what, comb, deq_xs[RANK], topks[RANK], ws[RANK])
         else:
             check_combine(what, comb, xs[RANK], topks[RANK], ws[RANK])
