@@ -20,20 +20,23 @@ def unique_id():
     return bytes(uid.internal)
 
 
-def _cuda_built():
-    try:
-        return "cuda" in _lib.core().cchan_version().decode()
-    except Exception:  # noqa: BLE001
-        return False
+def cuda_built():
+    """Whether libcchan was built with CUDA (cchan_version() lists "cuda", not "no cuda")."""
+    v = _lib.core().cchan_version().decode()
+    feats = v[v.find("(") + 1:v.rfind(")")] if "(" in v else ""
+    return "cuda" in [f.strip() for f in feats.split(",")]
 
 
 def _resolve_platform(platform):
     if platform is None or platform == "auto":
-        return "cuda" if torch.cuda.is_available() and _cuda_built() else "host"
+        return "cuda" if torch.cuda.is_available() and cuda_built() else "host"
     if platform not in _PLATFORMS:
         raise ValueError(f"platform: expected 'auto', 'host' or 'cuda', got {platform!r}")
     if platform == "cuda" and not torch.cuda.is_available():
         raise ValueError("platform: 'cuda' asked for, but torch sees no CUDA device")
+    if platform == "cuda" and not cuda_built():
+        raise ValueError(f"platform: 'cuda' asked for, but libcchan was built without CUDA "
+                         f"({_lib.core().cchan_version().decode()})")
     return "host" if platform == "cpu" else platform
 
 

@@ -34,7 +34,8 @@ if args.device == "cuda":
     if not torch.cuda.is_available():
         print("SKIP: --device cuda, but torch sees no GPU")
         sys.exit(77)
-    if "cuda" not in cchan._lib.core().cchan_version().decode():
+    from cchan.comm import cuda_built
+    if not cuda_built():
         print("SKIP: --device cuda, but libcchan was built without CUDA")
         sys.exit(77)
 
