@@ -49,8 +49,6 @@ if [ "${ngpu:-0}" -lt 2 ]; then
     say "one GPU: both ranks share it under CUDA MPS"
     nvidia-cuda-mps-control -d && mps=1
     export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
-    # the low-latency MoE kernels' blocks must all be resident: the test's fit half the SMs
-    export CCHAN_TEST_MOE_BLOCKS=${CCHAN_TEST_MOE_BLOCKS:-16}
 fi
 stop_mps() { [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; mps=0; }
 trap stop_mps EXIT

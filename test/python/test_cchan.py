@@ -48,8 +48,7 @@ store = f"/tmp/cchan-pytest-{session}-{os.getppid()}"
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=RANK, world_size=SIZE)
 
 PLATFORM = "cuda" if args.device == "cuda" else "host"
-# Blocks per MoE kernel (0: the library's default, every SM); ranks sharing a GPU under MPS pass a
-# number that fits their share, since the low-latency kernels' blocks must all be resident.
+# Blocks per MoE kernel (0: the library's default, sized for the SMs this context may use).
 MOE_BLOCKS = int(os.environ.get("CCHAN_TEST_MOE_BLOCKS", "0"))
 comm = cchan.Comm.from_process_group(platform=PLATFORM)
 DEV = comm.device
