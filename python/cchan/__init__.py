@@ -30,12 +30,16 @@ _LAZY = {
     "Registration": ("memory", "Registration"),
     "Collectives": ("coll", "Collectives"),
     "CustomAllreduce": ("coll", "CustomAllreduce"),
+    "Plan": ("plan", "Plan"),
+    "plan_available": ("plan", "available"),
+    "plan_unavailable_reason": ("plan", "unavailable_reason"),
     "CchanError": ("_lib", "CchanError"),
     "ClosedError": ("_torch", "ClosedError"),
     "library_paths": ("_lib", "library_paths"),
     "moe": ("moe", None),
     "coll": ("coll", None),
     "memory": ("memory", None),
+    "plan": ("plan", None),
     "dsl": ("dsl", None),
 }
 

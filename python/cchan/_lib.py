@@ -1,12 +1,12 @@
 """ctypes bindings of the cchan C libraries: the only module that knows their symbols and structs.
 
-Each C header has one section here (cchan.h, cchan_coll.h, cchan_moe.h), so a change of a C
-signature or struct is one edit in this file. Nothing here imports torch.
+Each C header has one section here (cchan.h, cchan_coll.h, cchan_moe.h, cchan_exec.h), so a
+change of a C signature or struct is one edit in this file. Nothing here imports torch.
 
 Where the libraries are looked for, first hit wins:
   1. CCHAN_LIBRARY_PATH: directories separated by ':' (each searched for libcchan.so,
-     libcchan_coll.so, libcchan_moe.so, also in its kernels/coll and kernels/moe subfolders, so a
-     build tree's top directory is enough);
+     libcchan_coll.so, libcchan_moe.so, libcchan_exec.so, also in its kernels/coll, kernels/moe
+     and kernels/exec subfolders, so a build tree's top directory is enough);
   2. the paths written at `make install` into _install_paths.py (the installed prefix's libdir);
   3. a build tree next to this source tree (<repo>/build), when the package runs from the source;
   4. the directories above the package (a prefix such as $PREFIX/lib/python3.11/site-packages/cchan
@@ -80,8 +80,10 @@ _LIB_NAMES = {
     "core": "libcchan.so",
     "coll": "libcchan_coll.so",
     "moe": "libcchan_moe.so",
+    "exec": "libcchan_exec.so",
 }
-_SUBDIRS = {"core": ["", "lib"], "coll": ["", "kernels/coll", "lib"], "moe": ["", "kernels/moe", "lib"]}
+_SUBDIRS = {"core": ["", "lib"], "coll": ["", "kernels/coll", "lib"],
+            "moe": ["", "kernels/moe", "lib"], "exec": ["", "kernels/exec", "lib"]}
 _lock = threading.Lock()
 _loaded = {}
 
@@ -137,7 +139,8 @@ def _load(kind):
         except OSError as e:
             raise ImportError(
                 f"cchan: cannot load {_LIB_NAMES[kind]} ({e}); looked in CCHAN_LIBRARY_PATH, the "
-                f"installed prefix, the build tree and the loader's path: set CCHAN_LIBRARY_PATH to "
+                f"installed prefix, the build tree and the loader's path: set CCHAN_LIBRARY_PATH "
+                f"to "
                 f"the directory holding it (a build tree such as <repo>/build, or $PREFIX/lib). "
                 f"Tried: {', '.join(tried[:8])}{' ...' if len(tried) > 8 else ''}"
             ) from None
@@ -173,6 +176,10 @@ def coll():
 
 def moe():
     return _loaded.get("moe") or _load("moe")
+
+
+def exec_():
+    return _loaded.get("exec") or _load("exec")
 
 
 def _core_or_none():
@@ -441,6 +448,55 @@ def _moe_prototypes(lib):
         fn.argtypes = args
 
 
-_PROTOTYPES = {"core": _core_prototypes, "coll": _coll_prototypes, "moe": _moe_prototypes}
+# ------------------------------------------------------------------ cchan_exec.h
+
+EXEC_F32, EXEC_F16, EXEC_BF16 = 0, 1, 2
+EXEC_SUM = 0
+EXEC_COLLECTIVES = {0: "allreduce", 1: "allgather", 2: "reducescatter", 3: "alltoall",
+                    4: "broadcast", 5: "custom"}
+
+
+class ExecPlanInfo(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("collective", c_int),
+        ("nranks", c_int),
+        ("root", c_int),
+        ("inplace", c_int),
+        ("min_bytes", c_uint64),
+        ("max_bytes", c_uint64),
+        ("granularity", c_uint64),
+        ("loop_unit", c_uint64),
+        ("nblocks", c_uint32),
+        ("in_chunks", c_uint32),
+        ("out_chunks", c_uint32),
+        ("uses_port", c_int),
+        ("cross_block", c_int),
+    ]
+
+
+def _exec_prototypes(lib):
+    P = c_void_p
+    protos = {
+        "cchan_exec_plan_load_file": (c_int, [c_char_p, POINTER(P)]),
+        "cchan_exec_plan_load_string": (c_int, [c_char_p, c_size_t, POINTER(P)]),
+        "cchan_exec_plan_free": (None, [P]),
+        "cchan_exec_plan_info": (c_int, [P, POINTER(ExecPlanInfo)]),
+        "cchan_exec_plan_fits": (c_int, [P, c_uint64]),
+        "cchan_exec_create": (c_int, [P, P, POINTER(P)]),
+        "cchan_exec_destroy": (c_int, [P]),
+        "cchan_exec_register": (c_int, [P, P, c_size_t]),
+        "cchan_exec_deregister": (c_int, [P, P]),
+        "cchan_exec_run": (c_int, [P, P, P, c_size_t, c_int, c_int, P]),
+        "cchan_exec_last_error": (c_char_p, []),
+    }
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+_PROTOTYPES = {"core": _core_prototypes, "coll": _coll_prototypes, "moe": _moe_prototypes,
+               "exec": _exec_prototypes}
 
 __all__ = ["CchanError", "core", "coll", "moe", "check", "library_paths"]

@@ -120,8 +120,9 @@ class Comm:
     def from_unique_id(cls, uid, rank, size, platform="auto", device=None, timeout_ms=None,
                        check_args=None):
         if not isinstance(uid, (bytes, bytearray)) or len(uid) != 128:
+            n = len(uid) if hasattr(uid, "__len__") else "?"
             raise ValueError(f"uid: expected the 128 bytes of cchan.unique_id(), got "
-                             f"{type(uid).__name__} of length {len(uid) if hasattr(uid, '__len__') else '?'}")
+                             f"{type(uid).__name__} of length {n}")
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size: expected a positive int, got {size!r}")
         if not isinstance(rank, int) or not 0 <= rank < size:

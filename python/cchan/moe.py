@@ -59,7 +59,7 @@ def _event(async_finish, device):
     return EventOverlap(None)
 
 
-# ------------------------------------------------------------------ torch's allocator for the C side
+# ------------------------------------------------------------------ torch's allocator for C
 # cchan_moe allocates per-handle device memory (the routing copy, row maps); through torch's caching
 # allocator that memory is stream-ordered and legal while a CUDA graph is being captured.
 

@@ -11,6 +11,7 @@ Exit 0 when every case passed on every rank, 77 (skip) without torch or, for cud
 """
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -456,8 +457,9 @@ def check_combine(what, got, x, topk, w, weighted=True):
     ref, mag = combine_ref(x, topk, w, weighted)
     err = (got.cpu().double() - ref).abs()
     ok = bool((err <= mag / 256 + 1e-30).all())
-    expect(ok and got.dtype == torch.bfloat16, f"{what}: combine differs from the float64 "
-                                               f"reference (max err {float(err.max()) if err.numel() else 0})")
+    worst = float(err.max()) if err.numel() else 0.0
+    expect(ok and got.dtype == torch.bfloat16,
+           f"{what}: combine differs from the float64 reference (max err {worst})")
 
 
 # ------------------------------------------------------------------ MoE low latency
@@ -747,6 +749,31 @@ def case_graph():
     comm.barrier()
     del g2
     buf.close()
+    # a plan run captured (its first run on these buffers, outside the capture, sets them up)
+    if cchan.plan_available():
+        from cchan.dsl.algorithms import allreduce_1pa
+
+        ll = allreduce_1pa.VARIANTS["allreduce_1pa_ll"]
+        plan = cchan.Plan(comm, allreduce_1pa.program(SIZE, **ll).compile())
+        n = 4096 * SIZE
+        px = torch.zeros(n, device=DEV)
+        pout = torch.empty_like(px)
+        plan.run(px, pout)
+        sync()
+        comm.barrier()
+        g3 = torch.cuda.CUDAGraph()
+        with capturing(g3):
+            plan.run(px, pout)
+        for i in range(3):
+            px.fill_(float(RANK + i))
+            sync()
+            comm.barrier()
+            g3.replay()
+            sync()
+            expect(bool((pout == sum(r + i for r in range(SIZE))).all()), f"graph plan replay {i}")
+        comm.barrier()
+        del g3
+        plan.close()
 
 
 def case_check_args():
@@ -773,8 +800,72 @@ def case_check_args():
         buf.close()
 
 
-CASES = [case_comm, case_check_args, case_memory, case_all_reduce, case_all_gather, case_reduce_scatter,
-         case_coll_bad_input, case_custom_allreduce, case_moe_ll, case_moe_ht, case_graph]
+def case_plan():
+    """cchan.Plan: plans compiled by cchan.dsl run on tensors against the reference (through
+    scratch, and zero-copy on registered cchan memory)."""
+    if not cchan.plan_available():
+        print(f"[r{RANK}] plan: skipped ({cchan.plan_unavailable_reason()})", flush=True)
+        return
+    from cchan.dsl.algorithms import allgather_allpairs, allreduce_2pa
+
+    n = 4096 * SIZE  # f32 elements: 16 KiB per rank and more, past min_bytes of every plan here
+    for mode in ("scratch", "zc"):
+        doc = allreduce_2pa.program(SIZE, mode=mode).compile()
+        plan = cchan.Plan(comm, doc)
+        expect(plan.collective == "allreduce" and plan.name == doc["name"], "plan info")
+        ins = [values(300, r, n, torch.float32) for r in range(SIZE)]
+        want = sum(ins).float()
+        x = cchan.empty(n, torch.float32, comm)
+        out = cchan.empty(n, torch.float32, comm)
+        plan.register(x)
+        plan.register(out)
+        x.copy_(ins[RANK].float())
+        plan.run(x, out)
+        sync()
+        expect(torch.equal(out.cpu(), want), f"plan {doc['name']}: all-reduce")
+        if plan.info["inplace"]:
+            plan.run(x, x)
+            sync()
+            expect(torch.equal(x.cpu(), want), f"plan {doc['name']}: in place")
+        else:
+            raises(ValueError, "out of place", plan.run, x, x)
+        raises(TypeError, "send", plan.run, torch.ones(n, dtype=torch.int32, device=DEV))
+        raises(ValueError, "recv", plan.run, x, torch.empty(n - 1, device=DEV))
+        plan.close()
+        raises(cchan.ClosedError, "plan", plan.run, x, out)
+    opts = list(allgather_allpairs.VARIANTS.values())[0]
+    doc = allgather_allpairs.program(SIZE, **opts).compile()
+    plan = cchan.Plan(comm, json.dumps(doc))  # JSON text works too
+    x = cchan.empty(4096, torch.float32, comm)
+    out = cchan.empty(4096 * SIZE, torch.float32, comm)
+    plan.register(x)
+    plan.register(out)
+    x.fill_(float(RANK + 1))
+    plan.run(x, out)
+    sync()
+    want = torch.cat([torch.full((4096,), float(r + 1)) for r in range(SIZE)])
+    expect(torch.equal(out.cpu(), want), "plan allgather")
+    plan.close()
+    # a cchan.dsl Program is compiled by Plan itself; a plan that reaches only the peers' scratch
+    # (LL packets) runs on any tensor, here a recv the call allocates
+    from cchan.dsl.algorithms import allreduce_1pa
+
+    ll = allreduce_1pa.VARIANTS["allreduce_1pa_ll"]
+    plan = cchan.Plan(comm, allreduce_1pa.program(SIZE, **ll))
+    x = torch.full((4096 * SIZE,), float(RANK), device=DEV)
+    y = plan.run(x)
+    sync()
+    expect(bool((y == sum(range(SIZE))).all()), "plan from a Program, recv allocated")
+    plan.close()
+    raises(ValueError, f"{SIZE} ranks", cchan.Plan, comm,
+           allreduce_2pa.program(2 * SIZE, mode="scratch").compile())
+    raises(ValueError, "plan", cchan.Plan, comm, "/nonexistent/plan.json")
+    raises(TypeError, "plan", cchan.Plan, comm, 42)
+
+
+CASES = [case_comm, case_check_args, case_memory, case_all_reduce, case_all_gather,
+         case_reduce_scatter, case_coll_bad_input, case_custom_allreduce, case_moe_ll, case_moe_ht,
+         case_plan, case_graph]
 
 only = [c for c in args.only.split(",") if c]
 for case in CASES:
