@@ -1,4 +1,4 @@
-# cchan-run -n 2 python3 allreduce.py     (or torchrun --nproc-per-node 2 allreduce.py)
+# cchan-run -n 2 python3 allreduce.py     (or torchrun --nproc_per_node 2 allreduce.py)
 import torch
 
 import cchan
