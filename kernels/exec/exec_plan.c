@@ -405,11 +405,11 @@ static int parse_op(ctx_t *c, const cchan_exec_plan_t *p, exec_rank_desc_t *rk, 
     return 0;
 }
 
-static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
+/* rank, scratch_chunks and semaphores of ranks[r] */
+static int parse_rank_header(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     exec_rank_desc_t *rk = &p->ranks[r];
     int st;
     int64_t v = 0;
-    if (!json_is_object(j)) return bad(c, "", "is %s, want a rank object", json_kind(j));
     if ((st = get_int(c, j, "rank", 1, 0, INT32_MAX, &v)) < 0) return st;
     if (v != r)
         return bad(c, "rank", "%lld, want %d (ranks are listed in rank order)", (long long)v, r);
@@ -423,10 +423,64 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     rk->scratch_chunks = (uint32_t)v;
     if ((st = get_int(c, j, "semaphores", 1, 0, 4096, &v)) < 0) return st;
     rk->semaphores = (uint32_t)v;
+    return 0;
+}
 
-    json_t *chs = NULL, *tbs = NULL;
-    if ((st = get_array(c, j, "channels", 1, &chs)) < 0) return st;
-    if ((st = get_array(c, j, "threadblocks", 1, &tbs)) < 0) return st;
+static int parse_remote_buffers(ctx_t *c, const cchan_exec_plan_t *p, const json_t *rb,
+                                exec_chan_desc_t *cd) {
+    int st;
+    for (size_t k = 0; k < json_array_size(rb); k++) {
+        int b = 0;
+        size_t s2;
+        path_push(c, &s2, ".remote_buffers");
+        json_t *wrap = json_pack("{sO}", "b", json_array_get(rb, k));
+        st = wrap ? get_enum(c, wrap, "b", 1, exec_buf_names, EXEC_NBUF, &b) : -ENOMEM;
+        json_decref(wrap);
+        path_pop(c, s2);
+        if (st < 0) return st;
+        if (b == EXEC_BUF_INPUT && p->inplace)
+            return bad(c, "remote_buffers", "\"input\" in an in-place plan");
+        cd->remote_mask |= 1u << b;
+    }
+    return 0;
+}
+
+/* ranks[r].channels[i]; the path names the channel */
+static int parse_channel(ctx_t *c, cchan_exec_plan_t *p, exec_rank_desc_t *rk, int r, size_t i,
+                         const json_t *cj) {
+    exec_chan_desc_t *cd = &rk->ch[i];
+    int st, t = 0;
+    int64_t v = 0;
+    if (!json_is_object(cj)) return bad(c, "", "is %s, want a channel object", json_kind(cj));
+    if ((st = get_enum(c, cj, "type", 1, exec_ch_type_names, 3, &t)) < 0) return st;
+    if (t == EXEC_CH_SWITCH)
+        return execi_error(CCHAN_ERR_UNSUPPORTED, c->where,
+                           "%s.type: \"switch\": this executor does not run switch channels",
+                           c->path);
+    cd->type = t;
+    if ((st = get_int(c, cj, "index", 1, 0, 255, &v)) < 0) return st;
+    cd->index = (int)v;
+    if ((st = get_int(c, cj, "peer", 1, 0, p->nranks - 1, &v)) < 0) return st;
+    if (v == r) return bad(c, "peer", "%d is this rank (a channel connects two ranks)", r);
+    cd->peer = (int)v;
+    json_t *rb = NULL;
+    if ((st = get_array(c, cj, "remote_buffers", 1, &rb)) < 0) return st;
+    if ((st = parse_remote_buffers(c, p, rb, cd)) < 0) return st;
+    for (size_t k = 0; k < i; k++)
+        if (rk->ch[k].type == cd->type && rk->ch[k].peer == cd->peer &&
+            rk->ch[k].index == cd->index)
+            return bad(c, "", "same type, peer %d and index %d as channels[%zu]", cd->peer,
+                       cd->index, k);
+    if (cd->type == EXEC_CH_MEMORY && (uint32_t)cd->index + 1 > p->mem_sems)
+        p->mem_sems = (uint32_t)cd->index + 1;
+    if (cd->type == EXEC_CH_PORT && (uint32_t)cd->index + 1 > p->port_sems)
+        p->port_sems = (uint32_t)cd->index + 1;
+    if (cd->type == EXEC_CH_PORT) p->uses_port = 1;
+    return 0;
+}
+
+static int parse_channels(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *chs) {
+    exec_rank_desc_t *rk = &p->ranks[r];
     size_t nch = json_array_size(chs);
     if (nch > EXEC_MAX_CHANNELS)
         return bad(c, "channels", "%zu channels; this executor takes at most %d per rank", nch,
@@ -437,63 +491,15 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     for (size_t i = 0; i < nch; i++) {
         size_t save;
         path_push(c, &save, ".channels[%zu]", i);
-        const json_t *cj = json_array_get(chs, i);
-        exec_chan_desc_t *cd = &rk->ch[i];
-        int t = 0;
-        if (!json_is_object(cj)) {
-            st = bad(c, "", "is %s, want a channel object", json_kind(cj));
-            goto ch_out;
-        }
-        if ((st = get_enum(c, cj, "type", 1, exec_ch_type_names, 3, &t)) < 0) goto ch_out;
-        if (t == EXEC_CH_SWITCH) {
-            st = execi_error(CCHAN_ERR_UNSUPPORTED, c->where,
-                             "%s.type: \"switch\": this executor does not run switch channels",
-                             c->path);
-            goto ch_out;
-        }
-        cd->type = t;
-        if ((st = get_int(c, cj, "index", 1, 0, 255, &v)) < 0) goto ch_out;
-        cd->index = (int)v;
-        if ((st = get_int(c, cj, "peer", 1, 0, p->nranks - 1, &v)) < 0) goto ch_out;
-        if (v == r) {
-            st = bad(c, "peer", "%d is this rank (a channel connects two ranks)", r);
-            goto ch_out;
-        }
-        cd->peer = (int)v;
-        json_t *rb = NULL;
-        if ((st = get_array(c, cj, "remote_buffers", 1, &rb)) < 0) goto ch_out;
-        for (size_t k = 0; k < json_array_size(rb); k++) {
-            int b = 0;
-            size_t s2;
-            path_push(c, &s2, ".remote_buffers");
-            json_t *wrap = json_pack("{sO}", "b", json_array_get(rb, k));
-            st = wrap ? get_enum(c, wrap, "b", 1, exec_buf_names, EXEC_NBUF, &b) : -ENOMEM;
-            json_decref(wrap);
-            path_pop(c, s2);
-            if (st < 0) goto ch_out;
-            if (b == EXEC_BUF_INPUT && p->inplace) {
-                st = bad(c, "remote_buffers", "\"input\" in an in-place plan");
-                goto ch_out;
-            }
-            cd->remote_mask |= 1u << b;
-        }
-        for (size_t k = 0; k < i; k++)
-            if (rk->ch[k].type == cd->type && rk->ch[k].peer == cd->peer &&
-                rk->ch[k].index == cd->index) {
-                st = bad(c, "", "same type, peer %d and index %d as channels[%zu]", cd->peer,
-                         cd->index, k);
-                goto ch_out;
-            }
-        if (cd->type == EXEC_CH_MEMORY && (uint32_t)cd->index + 1 > p->mem_sems)
-            p->mem_sems = (uint32_t)cd->index + 1;
-        if (cd->type == EXEC_CH_PORT && (uint32_t)cd->index + 1 > p->port_sems)
-            p->port_sems = (uint32_t)cd->index + 1;
-        if (cd->type == EXEC_CH_PORT) p->uses_port = 1;
-    ch_out:
+        int st = parse_channel(c, p, rk, r, i, json_array_get(chs, i));
         path_pop(c, save);
         if (st < 0) return st;
     }
+    return 0;
+}
 
+/* Sizes the rank's block, op and ref lists from the ops counted up front; *cap_refs: refs room. */
+static int alloc_blocks(ctx_t *c, exec_rank_desc_t *rk, const json_t *tbs, size_t *cap_refs) {
     size_t nb = json_array_size(tbs);
     if (nb > EXEC_MAX_BLOCKS)
         return bad(c, "threadblocks", "%zu blocks; this executor runs at most %d", nb,
@@ -509,71 +515,101 @@ static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
     if (total_ops > EXEC_MAX_OPS)
         return bad(c, "threadblocks", "%zu operations; this executor takes at most %d per rank",
                    total_ops, EXEC_MAX_OPS);
-    size_t cap_refs = total_ops * (EXEC_MAX_SRCS + 1);
+    *cap_refs = total_ops * (EXEC_MAX_SRCS + 1);
     rk->blocks = (exec_block_t *)calloc(nb ? nb : 1, sizeof *rk->blocks);
     rk->ops = (exec_op_t *)calloc(total_ops ? total_ops : 1, sizeof *rk->ops);
-    rk->refs = (exec_ref_t *)calloc(cap_refs ? cap_refs : 1, sizeof *rk->refs);
+    rk->refs = (exec_ref_t *)calloc(*cap_refs ? *cap_refs : 1, sizeof *rk->refs);
     if (!rk->blocks || !rk->ops || !rk->refs) return execi_error(-ENOMEM, c->where, "no memory");
+    return 0;
+}
+
+/* Op i of a block of no ops, already parsed into o: its block group and loop rules. *loop_end:
+ * op index (in this block) where the current loop body ends. */
+static int check_block_op(ctx_t *c, const cchan_exec_plan_t *p, const exec_block_t *bd,
+                          exec_op_t *o, size_t i, size_t no, size_t nb, uint32_t *loop_end) {
+    int st = 0;
+    if (o->tbg_size > nb)
+        st = bad(c, "tbg_size", "%u, but the rank has %zu blocks", o->tbg_size, nb);
+    if (st == 0 && o->op == EXEC_OP_LOOP) {
+        if (i < *loop_end)
+            st = bad(c, "op", "loop inside a loop body (loops do not nest)");
+        else if (i + o->body >= no)
+            st = bad(c, "body", "%u, but only %zu ops follow", o->body, no - i - 1);
+        else if (p->loop_unit == 0)
+            st = bad(c, "op", "loop, but loop_unit is 0");
+        else
+            *loop_end = (uint32_t)(i + 1 + o->body);
+    }
+    if (st == 0 && o->op != EXEC_OP_LOOP) {
+        /* ops rebase their refs on the block's first ref */
+        o->ref -= bd->ref_first;
+        o->reserved = (uint16_t)(i < *loop_end); /* 1: inside a loop body */
+    }
+    return st;
+}
+
+/* ranks[r].threadblocks[b]; the path names the block */
+static int parse_block(ctx_t *c, cchan_exec_plan_t *p, int r, size_t b, const json_t *bj, size_t nb,
+                       size_t cap_refs) {
+    exec_rank_desc_t *rk = &p->ranks[r];
+    json_t *ops = NULL;
+    exec_block_t *bd = &rk->blocks[b];
+    int st;
+    int64_t v = 0;
+    if (!json_is_object(bj)) return bad(c, "", "is %s, want a threadblock object", json_kind(bj));
+    if ((st = get_int(c, bj, "id", 1, 0, INT32_MAX, &v)) < 0) return st;
+    if (v != (int64_t)b)
+        return bad(c, "id", "%lld, want %zu (ids 0..n-1 in order)", (long long)v, b);
+    if ((st = get_array(c, bj, "ops", 1, &ops)) < 0) return st;
+    bd->op_first = rk->nops;
+    bd->ref_first = rk->nrefs;
+    size_t no = json_array_size(ops);
+    uint32_t loop_end = 0;
+    for (size_t i = 0; i < no; i++) {
+        size_t s2;
+        path_push(c, &s2, ".ops[%zu]", i);
+        exec_op_t *o = &rk->ops[rk->nops];
+        st = parse_op(c, p, rk, r, json_array_get(ops, i), o, rk->refs, &rk->nrefs,
+                      (uint32_t)cap_refs);
+        if (st == 0) st = check_block_op(c, p, bd, o, i, no, nb, &loop_end);
+        path_pop(c, s2);
+        if (st < 0) return st;
+        rk->nops++;
+    }
+    bd->nops = rk->nops - bd->op_first;
+    bd->nrefs = rk->nrefs - bd->ref_first;
+    uint32_t bytes =
+        bd->nops * (uint32_t)sizeof(exec_op_t) + bd->nrefs * (uint32_t)sizeof(exec_ref_t);
+    if (bytes > rk->max_block_bytes) rk->max_block_bytes = bytes;
+    return 0;
+}
+
+static int parse_blocks(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *tbs) {
+    exec_rank_desc_t *rk = &p->ranks[r];
+    size_t cap_refs = 0;
+    int st = alloc_blocks(c, rk, tbs, &cap_refs);
+    if (st < 0) return st;
+    size_t nb = json_array_size(tbs);
     for (size_t b = 0; b < nb; b++) {
         size_t save;
         path_push(c, &save, ".threadblocks[%zu]", b);
-        const json_t *bj = json_array_get(tbs, b);
-        json_t *ops = NULL;
-        exec_block_t *bd = &rk->blocks[b];
-        if (!json_is_object(bj)) {
-            st = bad(c, "", "is %s, want a threadblock object", json_kind(bj));
-            goto b_out;
-        }
-        if ((st = get_int(c, bj, "id", 1, 0, INT32_MAX, &v)) < 0) goto b_out;
-        if (v != (int64_t)b) {
-            st = bad(c, "id", "%lld, want %zu (ids 0..n-1 in order)", (long long)v, b);
-            goto b_out;
-        }
-        if ((st = get_array(c, bj, "ops", 1, &ops)) < 0) goto b_out;
-        bd->op_first = rk->nops;
-        bd->ref_first = rk->nrefs;
-        size_t no = json_array_size(ops);
-        uint32_t loop_end = 0; /* op index (in this block) where the current loop body ends */
-        for (size_t i = 0; i < no; i++) {
-            size_t s2;
-            path_push(c, &s2, ".ops[%zu]", i);
-            exec_op_t *o = &rk->ops[rk->nops];
-            st = parse_op(c, p, rk, r, json_array_get(ops, i), o, rk->refs, &rk->nrefs,
-                          (uint32_t)cap_refs);
-            if (st == 0 && o->tbg_size > nb)
-                st = bad(c, "tbg_size", "%u, but the rank has %zu blocks", o->tbg_size, nb);
-            if (st == 0 && o->op == EXEC_OP_LOOP) {
-                if (i < loop_end)
-                    st = bad(c, "op", "loop inside a loop body (loops do not nest)");
-                else if (i + o->body >= no)
-                    st = bad(c, "body", "%u, but only %zu ops follow", o->body, no - i - 1);
-                else if (p->loop_unit == 0)
-                    st = bad(c, "op", "loop, but loop_unit is 0");
-                else
-                    loop_end = (uint32_t)(i + 1 + o->body);
-            }
-            if (st == 0 && o->op != EXEC_OP_LOOP) {
-                /* ops rebase their refs on the block's first ref */
-                o->ref -= bd->ref_first;
-                o->reserved = (uint16_t)(i < loop_end); /* 1: inside a loop body */
-            }
-            path_pop(c, s2);
-            if (st < 0) goto b_out;
-            rk->nops++;
-        }
-        bd->nops = rk->nops - bd->op_first;
-        bd->nrefs = rk->nrefs - bd->ref_first;
-        {
-            uint32_t bytes =
-                bd->nops * (uint32_t)sizeof(exec_op_t) + bd->nrefs * (uint32_t)sizeof(exec_ref_t);
-            if (bytes > rk->max_block_bytes) rk->max_block_bytes = bytes;
-        }
-    b_out:
+        st = parse_block(c, p, r, b, json_array_get(tbs, b), nb, cap_refs);
         path_pop(c, save);
         if (st < 0) return st;
     }
     if (nb > p->nblocks) p->nblocks = (uint32_t)nb;
     return 0;
+}
+
+static int parse_rank(ctx_t *c, cchan_exec_plan_t *p, int r, const json_t *j) {
+    int st;
+    if (!json_is_object(j)) return bad(c, "", "is %s, want a rank object", json_kind(j));
+    if ((st = parse_rank_header(c, p, r, j)) < 0) return st;
+    json_t *chs = NULL, *tbs = NULL;
+    if ((st = get_array(c, j, "channels", 1, &chs)) < 0) return st;
+    if ((st = get_array(c, j, "threadblocks", 1, &tbs)) < 0) return st;
+    if ((st = parse_channels(c, p, r, chs)) < 0) return st;
+    return parse_blocks(c, p, r, tbs);
 }
 
 /* ------------------------------------------------------------------ cross-rank rules */
@@ -584,77 +620,154 @@ typedef struct end_count {
     int sig_block, wait_block;
 } end_count_t;
 
+/* Counts op i of block b of rank r into its channel end, semaphore (sc, sb) or barrier counts;
+ * checks one block per side of every channel end and semaphore. */
+static int count_op(ctx_t *c, int r, uint32_t b, uint32_t i, const exec_op_t *o, end_count_t *ec,
+                    uint32_t (*sc)[4], int (*sb)[2], uint32_t barriers[2]) {
+    int st = 0;
+    int in = o->op != EXEC_OP_LOOP && o->reserved;
+    int sig =
+        o->op == EXEC_OP_SIGNAL || o->op == EXEC_OP_PUT_SIGNAL || o->op == EXEC_OP_PUT_SIGNAL_FLUSH;
+    snprintf(c->path, sizeof c->path, "ranks[%d].threadblocks[%u].ops[%u]", r, b, i);
+    if (sig || o->op == EXEC_OP_WAIT) {
+        end_count_t *e = &ec[o->ch];
+        int *blk = sig ? &e->sig_block : &e->wait_block;
+        if (o->tbg_index == 0 || o->tbg_size == 1) {
+            if (*blk >= 0 && *blk != (int)b)
+                st = bad(c, "ch",
+                         "%d: %s on this channel end from blocks %d and %u "
+                         "(one block per side)",
+                         o->ch, sig ? "signals" : "waits", *blk, b);
+            *blk = (int)b;
+            (sig ? e->sig : e->wait)[in]++;
+        }
+    }
+    if (o->op == EXEC_OP_SEM_RELEASE || o->op == EXEC_OP_SEM_ACQUIRE) {
+        int acq = o->op == EXEC_OP_SEM_ACQUIRE;
+        int *blk = &sb[o->sem][acq];
+        if (*blk >= 0 && *blk != (int)b)
+            st = bad(c, "sem", "%d: %s from blocks %d and %u (one block each)", o->sem,
+                     acq ? "acquired" : "released", *blk, b);
+        *blk = (int)b;
+        sc[o->sem][acq * 2 + in]++;
+    }
+    if (o->op == EXEC_OP_BARRIER) barriers[in]++;
+    return st;
+}
+
+/* Every release of a rank's semaphore needs one acquire; notes semaphores crossing blocks. */
+static int check_sems(ctx_t *c, cchan_exec_plan_t *p, int r, uint32_t ns, uint32_t (*sc)[4],
+                      int (*sb)[2]) {
+    int st = 0;
+    for (uint32_t s = 0; s < ns && st == 0; s++) {
+        snprintf(c->path, sizeof c->path, "ranks[%d]", r);
+        if (sc[s][0] != sc[s][2] || sc[s][1] != sc[s][3])
+            st = bad(c, "semaphores",
+                     "semaphore %u released %u times (+%u in loops) but acquired %u (+%u in "
+                     "loops): every release needs one acquire",
+                     s, sc[s][0], sc[s][1], sc[s][2], sc[s][3]);
+        if (sb[s][0] >= 0 && sb[s][1] >= 0 && sb[s][0] != sb[s][1]) p->cross_block = 1;
+    }
+    return st;
+}
+
+/* Rank r's signals and waits per channel end (ec, [nch] allocated here), barriers, semaphores. */
+static int count_rank(ctx_t *c, cchan_exec_plan_t *p, int r, end_count_t **ecp,
+                      uint32_t barriers[2]) {
+    int st = 0;
+    exec_rank_desc_t *rk = &p->ranks[r];
+    end_count_t *ec = *ecp = (end_count_t *)calloc(rk->nch ? rk->nch : 1, sizeof(end_count_t));
+    if (!ec) return execi_error(-ENOMEM, c->where, "no memory");
+    for (uint32_t k = 0; k < rk->nch; k++) ec[k].sig_block = ec[k].wait_block = -1;
+    /* semaphores: releases/acquires per semaphore, and the blocks */
+    uint32_t ns = rk->semaphores;
+    uint32_t(*sc)[4] = (uint32_t(*)[4])calloc(ns ? ns : 1, sizeof *sc);
+    int(*sb)[2] = (int(*)[2])malloc((ns ? ns : 1) * sizeof *sb);
+    if (!sc || !sb) {
+        free(sc);
+        free(sb);
+        return execi_error(-ENOMEM, c->where, "no memory");
+    }
+    for (uint32_t s = 0; s < ns; s++) sb[s][0] = sb[s][1] = -1;
+    for (uint32_t b = 0; b < rk->nblocks && st == 0; b++) {
+        const exec_block_t *bd = &rk->blocks[b];
+        for (uint32_t i = 0; i < bd->nops && st == 0; i++)
+            st = count_op(c, r, b, i, &rk->ops[bd->op_first + i], ec, sc, sb, barriers);
+    }
+    if (st == 0) st = check_sems(c, p, r, ns, sc, sb);
+    free(sc);
+    free(sb);
+    return st;
+}
+
+/* An op of rank r may reach channel k's peer's scratch only within that peer's scratch_chunks. */
+static int check_peer_scratch(ctx_t *c, const exec_rank_desc_t *rk, uint32_t k,
+                              const exec_chan_desc_t *cd, const exec_rank_desc_t *pk) {
+    for (uint32_t i = 0; i < rk->nrefs; i++) {
+        const exec_ref_t *f = &rk->refs[i];
+        if (f->ch == (int)k && f->buf == EXEC_BUF_SCRATCH &&
+            (uint64_t)f->chunk + (uint64_t)(f->count - 1) * f->stride >= pk->scratch_chunks)
+            return bad(c, "",
+                       "an op reaches rank %d's scratch chunk %llu, but that "
+                       "rank has %u scratch_chunks",
+                       cd->peer,
+                       (unsigned long long)f->chunk +
+                           (unsigned long long)(f->count - 1) * f->stride,
+                       pk->scratch_chunks);
+    }
+    return 0;
+}
+
+/* Which of input/output the peers reach (through memory channels or port puts): registered. */
+static void mark_need_reg(cchan_exec_plan_t *p, const exec_chan_desc_t *cd) {
+    for (int b = 0; b < 2; b++)
+        if (cd->remote_mask & (1u << b)) p->need_reg |= 1u << b;
+    if (cd->type == EXEC_CH_PORT)
+        for (int pr = 0; pr < 9; pr++)
+            if (cd->port_pairs & (1u << pr)) {
+                if (pr / 3 < 2) p->need_reg |= 1u << (pr / 3);
+                if (pr % 3 < 2) p->need_reg |= 1u << (pr % 3);
+            }
+}
+
+/* Channel k of rank r against its other end on the peer. */
+static int check_channel_end(ctx_t *c, cchan_exec_plan_t *p, int r, uint32_t k,
+                             end_count_t *const *ec) {
+    int st = 0;
+    const exec_rank_desc_t *rk = &p->ranks[r];
+    const exec_chan_desc_t *cd = &rk->ch[k];
+    snprintf(c->path, sizeof c->path, "ranks[%d].channels[%u]", r, k);
+    const exec_rank_desc_t *pk = &p->ranks[cd->peer];
+    int other = -1;
+    for (uint32_t m = 0; m < pk->nch; m++)
+        if (pk->ch[m].type == cd->type && pk->ch[m].peer == r && pk->ch[m].index == cd->index)
+            other = (int)m;
+    if (other < 0)
+        return bad(c, "peer",
+                   "%d: rank %d has no %s channel to rank %d with index %d (the "
+                   "other end)",
+                   cd->peer, cd->peer, exec_ch_type_names[cd->type], r, cd->index);
+    const end_count_t *a = &ec[r][k], *w = &ec[cd->peer][other];
+    if (a->sig[0] != w->wait[0] || a->sig[1] != w->wait[1])
+        st = bad(c, "",
+                 "%u signals (+%u in loops) on this end, but rank %d's end "
+                 "(channels[%d]) waits %u times (+%u in loops): every signal "
+                 "needs one wait",
+                 a->sig[0], a->sig[1], cd->peer, other, w->wait[0], w->wait[1]);
+    /* the peer's scratch chunks reached through this channel */
+    if (st == 0 && (cd->remote_mask & (1u << EXEC_BUF_SCRATCH)))
+        st = check_peer_scratch(c, rk, k, cd, pk);
+    mark_need_reg(p, cd);
+    return st;
+}
+
 static int check_cross(ctx_t *c, cchan_exec_plan_t *p) {
     int st = 0;
     end_count_t *ec[EXEC_MAX_RANKS];
     memset(ec, 0, sizeof ec);
     uint32_t barriers[EXEC_MAX_RANKS][2];
     memset(barriers, 0, sizeof barriers);
-    for (int r = 0; r < p->nranks; r++) {
-        exec_rank_desc_t *rk = &p->ranks[r];
-        ec[r] = (end_count_t *)calloc(rk->nch ? rk->nch : 1, sizeof(end_count_t));
-        if (!ec[r]) {
-            st = execi_error(-ENOMEM, c->where, "no memory");
-            goto out;
-        }
-        for (uint32_t k = 0; k < rk->nch; k++) ec[r][k].sig_block = ec[r][k].wait_block = -1;
-        /* semaphores: releases/acquires per semaphore, and the blocks */
-        uint32_t ns = rk->semaphores;
-        uint32_t(*sc)[4] = (uint32_t(*)[4])calloc(ns ? ns : 1, sizeof *sc);
-        int(*sb)[2] = (int(*)[2])malloc((ns ? ns : 1) * sizeof *sb);
-        if (!sc || !sb) {
-            free(sc);
-            free(sb);
-            st = execi_error(-ENOMEM, c->where, "no memory");
-            goto out;
-        }
-        for (uint32_t s = 0; s < ns; s++) sb[s][0] = sb[s][1] = -1;
-        for (uint32_t b = 0; b < rk->nblocks && st == 0; b++) {
-            const exec_block_t *bd = &rk->blocks[b];
-            for (uint32_t i = 0; i < bd->nops && st == 0; i++) {
-                const exec_op_t *o = &rk->ops[bd->op_first + i];
-                int in = o->op != EXEC_OP_LOOP && o->reserved;
-                int sig = o->op == EXEC_OP_SIGNAL || o->op == EXEC_OP_PUT_SIGNAL ||
-                          o->op == EXEC_OP_PUT_SIGNAL_FLUSH;
-                snprintf(c->path, sizeof c->path, "ranks[%d].threadblocks[%u].ops[%u]", r, b, i);
-                if (sig || o->op == EXEC_OP_WAIT) {
-                    end_count_t *e = &ec[r][o->ch];
-                    int *blk = sig ? &e->sig_block : &e->wait_block;
-                    if (o->tbg_index == 0 || o->tbg_size == 1) {
-                        if (*blk >= 0 && *blk != (int)b)
-                            st = bad(c, "ch",
-                                     "%d: %s on this channel end from blocks %d and %u "
-                                     "(one block per side)",
-                                     o->ch, sig ? "signals" : "waits", *blk, b);
-                        *blk = (int)b;
-                        (sig ? e->sig : e->wait)[in]++;
-                    }
-                }
-                if (o->op == EXEC_OP_SEM_RELEASE || o->op == EXEC_OP_SEM_ACQUIRE) {
-                    int acq = o->op == EXEC_OP_SEM_ACQUIRE;
-                    int *blk = &sb[o->sem][acq];
-                    if (*blk >= 0 && *blk != (int)b)
-                        st = bad(c, "sem", "%d: %s from blocks %d and %u (one block each)", o->sem,
-                                 acq ? "acquired" : "released", *blk, b);
-                    *blk = (int)b;
-                    sc[o->sem][acq * 2 + in]++;
-                }
-                if (o->op == EXEC_OP_BARRIER) barriers[r][in]++;
-            }
-        }
-        for (uint32_t s = 0; s < ns && st == 0; s++) {
-            snprintf(c->path, sizeof c->path, "ranks[%d]", r);
-            if (sc[s][0] != sc[s][2] || sc[s][1] != sc[s][3])
-                st = bad(c, "semaphores",
-                         "semaphore %u released %u times (+%u in loops) but acquired %u (+%u in "
-                         "loops): every release needs one acquire",
-                         s, sc[s][0], sc[s][1], sc[s][2], sc[s][3]);
-            if (sb[s][0] >= 0 && sb[s][1] >= 0 && sb[s][0] != sb[s][1]) p->cross_block = 1;
-        }
-        free(sc);
-        free(sb);
-        if (st) goto out;
-    }
+    for (int r = 0; r < p->nranks && st == 0; r++) st = count_rank(c, p, r, &ec[r], barriers[r]);
     for (int r = 0; r < p->nranks && st == 0; r++) {
         exec_rank_desc_t *rk = &p->ranks[r];
         if (barriers[r][0] != barriers[0][0] || barriers[r][1] != barriers[0][1]) {
@@ -665,58 +778,8 @@ static int check_cross(ctx_t *c, cchan_exec_plan_t *p) {
                      barriers[r][0], barriers[r][1], barriers[0][0], barriers[0][1]);
             break;
         }
-        for (uint32_t k = 0; k < rk->nch && st == 0; k++) {
-            const exec_chan_desc_t *cd = &rk->ch[k];
-            snprintf(c->path, sizeof c->path, "ranks[%d].channels[%u]", r, k);
-            const exec_rank_desc_t *pk = &p->ranks[cd->peer];
-            int other = -1;
-            for (uint32_t m = 0; m < pk->nch; m++)
-                if (pk->ch[m].type == cd->type && pk->ch[m].peer == r &&
-                    pk->ch[m].index == cd->index)
-                    other = (int)m;
-            if (other < 0) {
-                st = bad(c, "peer",
-                         "%d: rank %d has no %s channel to rank %d with index %d (the "
-                         "other end)",
-                         cd->peer, cd->peer, exec_ch_type_names[cd->type], r, cd->index);
-                break;
-            }
-            const end_count_t *a = &ec[r][k], *w = &ec[cd->peer][other];
-            if (a->sig[0] != w->wait[0] || a->sig[1] != w->wait[1])
-                st = bad(c, "",
-                         "%u signals (+%u in loops) on this end, but rank %d's end "
-                         "(channels[%d]) waits %u times (+%u in loops): every signal "
-                         "needs one wait",
-                         a->sig[0], a->sig[1], cd->peer, other, w->wait[0], w->wait[1]);
-            /* the peer's scratch chunks reached through this channel */
-            if (st == 0 && (cd->remote_mask & (1u << EXEC_BUF_SCRATCH))) {
-                for (uint32_t i = 0; i < rk->nrefs; i++) {
-                    const exec_ref_t *f = &rk->refs[i];
-                    if (f->ch == (int)k && f->buf == EXEC_BUF_SCRATCH &&
-                        (uint64_t)f->chunk + (uint64_t)(f->count - 1) * f->stride >=
-                            pk->scratch_chunks) {
-                        st = bad(c, "",
-                                 "an op reaches rank %d's scratch chunk %llu, but that "
-                                 "rank has %u scratch_chunks",
-                                 cd->peer,
-                                 (unsigned long long)f->chunk +
-                                     (unsigned long long)(f->count - 1) * f->stride,
-                                 pk->scratch_chunks);
-                        break;
-                    }
-                }
-            }
-            for (int b = 0; b < 2; b++)
-                if (cd->remote_mask & (1u << b)) p->need_reg |= 1u << b;
-            if (cd->type == EXEC_CH_PORT)
-                for (int pr = 0; pr < 9; pr++)
-                    if (cd->port_pairs & (1u << pr)) {
-                        if (pr / 3 < 2) p->need_reg |= 1u << (pr / 3);
-                        if (pr % 3 < 2) p->need_reg |= 1u << (pr % 3);
-                    }
-        }
+        for (uint32_t k = 0; k < rk->nch && st == 0; k++) st = check_channel_end(c, p, r, k, ec);
     }
-out:
     for (int r = 0; r < p->nranks; r++) free(ec[r]);
     return st;
 }
