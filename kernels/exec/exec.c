@@ -256,17 +256,8 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     return cchan_exec_create_ex(comm, plan, NULL, out);
 }
 
-int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
-                         const cchan_exec_config_t *cfg, cchan_exec_t **out) {
-    static const char *where = "cchan_exec_create";
-    execi_clear_error();
-    if (!comm || !plan || !out)
-        return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
-    if (cfg && (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < sizeof(cchan_exec_config_t)))
-        return execi_error(
-            -EINVAL, where,
-            "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)", cfg->magic,
-            cfg->size);
+/* Instances: the config's count, else CCHAN_EXEC_INSTANCES, else 1. */
+static int create_instances(const cchan_exec_config_t *cfg, const char *where, uint32_t *out) {
     uint32_t ninst = cfg ? cfg->instances : 0;
     if (ninst == 0) {
         const char *v = getenv("CCHAN_EXEC_INSTANCES");
@@ -280,7 +271,23 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
     }
     if (ninst > EXEC_MAX_INSTANCES)
         return execi_error(-EINVAL, where, "instances %u: at most %d", ninst, EXEC_MAX_INSTANCES);
-    int nranks = cchan_comm_size(comm), rank = cchan_comm_rank(comm);
+    *out = ninst;
+    return 0;
+}
+
+static int create_validate(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                           const cchan_exec_config_t *cfg, cchan_exec_t **out, const char *where,
+                           uint32_t *ninst) {
+    if (!comm || !plan || !out)
+        return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
+    if (cfg && (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < sizeof(cchan_exec_config_t)))
+        return execi_error(
+            -EINVAL, where,
+            "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)", cfg->magic,
+            cfg->size);
+    int st = create_instances(cfg, where, ninst);
+    if (st) return st;
+    int nranks = cchan_comm_size(comm);
     if (nranks != plan->nranks)
         return execi_error(-EINVAL, where,
                            "plan \"%s\": nranks is %d, but the communicator has %d ranks",
@@ -289,161 +296,186 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
     if (platform != CCHAN_PLATFORM_CUDA && platform != CCHAN_PLATFORM_HOST)
         return execi_error(CCHAN_ERR_UNSUPPORTED, where, "platform %d (CUDA and host only)",
                            (int)platform);
+    return 0;
+}
+
+/* Some op of this rank, or of a peer through a channel, reads this rank's input. */
+static int plan_uses_input(const cchan_exec_plan_t *plan, int rank) {
+    for (int r = 0; r < plan->nranks; r++) {
+        const exec_rank_desc_t *rk = &plan->ranks[r];
+        for (uint32_t i = 0; i < rk->nrefs; i++) {
+            const exec_ref_t *f = &rk->refs[i];
+            if (f->buf != EXEC_BUF_INPUT) continue;
+            if ((r == rank && f->ch < 0) || (f->ch >= 0 && rk->ch[f->ch].peer == rank)) return 1;
+        }
+    }
+    return 0;
+}
+
+static cchan_exec_t *exec_alloc(cchan_comm_t *comm, const cchan_exec_plan_t *plan, uint32_t ninst) {
     cchan_exec_t *e = (cchan_exec_t *)calloc(1, sizeof *e);
-    if (!e) return execi_error(-ENOMEM, where, "no memory");
+    if (!e) return NULL;
     e->comm = comm;
     e->plan = plan;
-    e->rank = rank;
-    e->nranks = nranks;
-    e->me = &plan->ranks[rank];
-    e->platform = platform;
+    e->rank = cchan_comm_rank(comm);
+    e->nranks = cchan_comm_size(comm);
+    e->me = &plan->ranks[e->rank];
+    e->platform = cchan_comm_platform(comm);
     e->device = cchan_comm_device(comm);
     e->ctl = cchan_comm_wait_ctl(comm, -1, 0xE8ECu);
     e->ninst = ninst;
     e->grid = plan->nblocks * ninst;
-    for (int r = 0; r < nranks && !e->uses_input; r++) {
-        const exec_rank_desc_t *rk = &plan->ranks[r];
-        for (uint32_t i = 0; i < rk->nrefs && !e->uses_input; i++) {
-            const exec_ref_t *f = &rk->refs[i];
-            if (f->buf != EXEC_BUF_INPUT) continue;
-            if ((r == rank && f->ch < 0) || (f->ch >= 0 && rk->ch[f->ch].peer == rank))
-                e->uses_input = 1;
-        }
-    }
-    int gpu = platform == CCHAN_PLATFORM_CUDA;
-    e->nthreads = gpu ? EXEC_THREADS_GPU : 1u;
-    {
-        const char *v = getenv("CCHAN_EXEC_PDL");
-        e->pdl = !(v && v[0] == '0');
-    }
+    e->uses_input = plan_uses_input(plan, e->rank);
+    e->nthreads = e->platform == CCHAN_PLATFORM_CUDA ? EXEC_THREADS_GPU : 1u;
+    const char *v = getenv("CCHAN_EXEC_PDL");
+    e->pdl = !(v && v[0] == '0');
+    return e;
+}
+
+/* The operation lists as one image: [blocks][ops][refs], 16-byte aligned parts. */
+static uint8_t *program_image(cchan_exec_t *e, size_t *total) {
     const exec_rank_desc_t *me = e->me;
+    size_t bb = (size_t)me->nblocks * sizeof(exec_block_t);
+    size_t ob = (size_t)me->nops * sizeof(exec_op_t);
+    size_t rb = (size_t)me->nrefs * sizeof(exec_ref_t);
+    e->ops_off = (uint32_t)((bb + 15) / 16 * 16);
+    e->refs_off = (uint32_t)((e->ops_off + ob + 15) / 16 * 16);
+    *total = e->refs_off + rb;
+    uint8_t *img = (uint8_t *)calloc(1, *total ? *total : 1);
+    if (!img) return NULL;
+    memcpy(img, me->blocks, bb);
+    memcpy(img + e->ops_off, me->ops, ob);
+    memcpy(img + e->refs_off, me->refs, rb);
+    return img;
+}
+
+static int create_launch_check(cchan_exec_t *e, const char *where) {
+    int gpu = e->platform == CCHAN_PLATFORM_CUDA;
+    if (!gpu && e->grid > EXEC_HOST_THREADS_MAX)
+        return execi_error(CCHAN_ERR_UNSUPPORTED, where,
+                           "%u blocks x %u instances: the host platform runs at most %d threads",
+                           e->plan->nblocks, e->ninst, EXEC_HOST_THREADS_MAX);
     int st;
+    if (gpu && (st = execi_cuda_prepare(e->device, e->grid, e->nthreads, e->smem,
+                                        e->plan->cross_block)) < 0)
+        return st;
+    return 0;
+}
 
-    /* the operation lists: [blocks][ops][refs] */
-    {
-        size_t bb = (size_t)me->nblocks * sizeof(exec_block_t);
-        size_t ob = (size_t)me->nops * sizeof(exec_op_t);
-        size_t rb = (size_t)me->nrefs * sizeof(exec_ref_t);
-        e->ops_off = (uint32_t)((bb + 15) / 16 * 16);
-        e->refs_off = (uint32_t)((e->ops_off + ob + 15) / 16 * 16);
-        size_t total = e->refs_off + rb;
-        uint8_t *img = (uint8_t *)calloc(1, total ? total : 1);
-        if (!img) {
-            free(e);
-            return execi_error(-ENOMEM, where, "no memory");
-        }
-        memcpy(img, me->blocks, bb);
-        memcpy(img + e->ops_off, me->ops, ob);
-        memcpy(img + e->refs_off, me->refs, rb);
-        st = dev_put(e, img, total, (void **)&e->prog_dev);
-        free(img);
-        if (st) goto fail;
-        e->smem = me->max_block_bytes <= EXEC_SMEM_MAX ? me->max_block_bytes : 0;
-    }
-    if (!gpu && e->grid > EXEC_HOST_THREADS_MAX) {
-        st = execi_error(CCHAN_ERR_UNSUPPORTED, where,
-                         "%u blocks x %u instances: the host platform runs at most %d threads",
-                         plan->nblocks, ninst, EXEC_HOST_THREADS_MAX);
-        goto fail;
-    }
-    if (gpu &&
-        (st = execi_cuda_prepare(e->device, e->grid, e->nthreads, e->smem, plan->cross_block)) < 0)
-        goto fail;
+/* Collective, in the same order on every rank. */
+static int create_channel_sems(cchan_exec_t *e, const char *where) {
+    const cchan_exec_plan_t *plan = e->plan;
+    const uint32_t ninst = e->ninst;
+    int st;
+    if (plan->mem_sems &&
+        (st = cchan_sem_set_create(e->comm, (int)(plan->mem_sems * ninst), 0, &e->mem_sems)) < 0)
+        return rt_err(st, where, "cchan_sem_set_create(memory channels)");
+    if (plan->port_sems && (st = cchan_sem_set_create(e->comm, (int)(plan->port_sems * ninst),
+                                                      CCHAN_SEM_HOST_MAPPED, &e->port_sems)) < 0)
+        return rt_err(st, where, "cchan_sem_set_create(port channels)");
+    if (plan->uses_port && (st = cchan_sem_set_create(e->comm, (int)(EXEC_DATA_SEMS * ninst),
+                                                      CCHAN_SEM_HOST_MAPPED, &e->data_sems)) < 0)
+        return rt_err(st, where, "cchan_sem_set_create(port data channels)");
+    return 0;
+}
 
-    /* semaphores: collective, in the same order on every rank */
-    if (nranks > 1) {
-        if (plan->mem_sems &&
-            (st = cchan_sem_set_create(comm, (int)(plan->mem_sems * ninst), 0, &e->mem_sems)) < 0) {
-            st = rt_err(st, where, "cchan_sem_set_create(memory channels)");
-            goto fail;
-        }
-        if (plan->port_sems &&
-            (st = cchan_sem_set_create(comm, (int)(plan->port_sems * ninst), CCHAN_SEM_HOST_MAPPED,
-                                       &e->port_sems)) < 0) {
-            st = rt_err(st, where, "cchan_sem_set_create(port channels)");
-            goto fail;
-        }
-        if (plan->uses_port &&
-            (st = cchan_sem_set_create(comm, (int)(EXEC_DATA_SEMS * ninst), CCHAN_SEM_HOST_MAPPED,
-                                       &e->data_sems)) < 0) {
-            st = rt_err(st, where, "cchan_sem_set_create(port data channels)");
-            goto fail;
-        }
-    }
-    /* barriers: one semaphore to every peer (mapped memory: ranks of one host) */
-    if (nranks > 1 && plan->uses_barrier) {
-        if ((st = cchan_sem_set_create(comm, (int)ninst, 0, &e->bar_sems)) < 0) {
-            st = rt_err(st, where, "cchan_sem_set_create(barrier)");
-            goto fail;
-        }
-        size_t nb = (size_t)(nranks - 1) * ninst;
-        cchan_semaphore_t *bar = (cchan_semaphore_t *)calloc(nb, sizeof *bar);
-        if (!bar) {
-            st = execi_error(-ENOMEM, where, "no memory");
-            goto fail;
-        }
-        for (uint32_t i = 0; i < ninst && st >= 0; i++)
-            for (int j = 1; j < nranks && st >= 0; j++)
-                st = cchan_sem_set_get(e->bar_sems, (rank + j) % nranks, (int)i,
-                                       &bar[i * (size_t)(nranks - 1) + (size_t)(j - 1)]);
-        if (st < 0) {
-            free(bar);
-            st = rt_err(st, where, "cchan_sem_set_get(barrier)");
-            goto fail;
-        }
-        st = dev_put(e, bar, sizeof *bar * nb, (void **)&e->barrier_dev);
+/* Barriers: one semaphore to every peer (mapped memory: ranks of one host). Collective. */
+static int create_barriers(cchan_exec_t *e, const char *where) {
+    const uint32_t ninst = e->ninst;
+    const int nranks = e->nranks, rank = e->rank;
+    int st;
+    if ((st = cchan_sem_set_create(e->comm, (int)ninst, 0, &e->bar_sems)) < 0)
+        return rt_err(st, where, "cchan_sem_set_create(barrier)");
+    size_t nb = (size_t)(nranks - 1) * ninst;
+    cchan_semaphore_t *bar = (cchan_semaphore_t *)calloc(nb, sizeof *bar);
+    if (!bar) return execi_error(-ENOMEM, where, "no memory");
+    for (uint32_t i = 0; i < ninst && st >= 0; i++)
+        for (int j = 1; j < nranks && st >= 0; j++)
+            st = cchan_sem_set_get(e->bar_sems, (rank + j) % nranks, (int)i,
+                                   &bar[i * (size_t)(nranks - 1) + (size_t)(j - 1)]);
+    if (st < 0) {
         free(bar);
-        if (st) goto fail;
+        return rt_err(st, where, "cchan_sem_set_get(barrier)");
     }
-    {
-        e->lsem_stride = 2 * (me->semaphores ? me->semaphores : 1);
-        size_t n = (size_t)e->lsem_stride * ninst;
-        uint64_t *z = (uint64_t *)calloc(n, sizeof *z);
-        uint32_t *ep = (uint32_t *)malloc(e->grid * sizeof *ep);
-        if (!z || !ep) {
-            free(z);
-            free(ep);
-            st = execi_error(-ENOMEM, where, "no memory");
-            goto fail;
-        }
-        for (uint32_t b = 0; b < e->grid; b++) ep[b] = 1; /* LL flags start at 1 */
-        st = dev_put(e, z, n * sizeof *z, (void **)&e->lsem_dev);
-        if (!st) st = dev_put(e, ep, e->grid * sizeof *ep, (void **)&e->epochs_dev);
+    st = dev_put(e, bar, sizeof *bar * nb, (void **)&e->barrier_dev);
+    free(bar);
+    return st;
+}
+
+/* Rank-local semaphore words and the blocks' LL epochs, on the device. */
+static int create_local_state(cchan_exec_t *e, const char *where) {
+    const exec_rank_desc_t *me = e->me;
+    e->lsem_stride = 2 * (me->semaphores ? me->semaphores : 1);
+    size_t n = (size_t)e->lsem_stride * e->ninst;
+    uint64_t *z = (uint64_t *)calloc(n, sizeof *z);
+    uint32_t *ep = (uint32_t *)malloc(e->grid * sizeof *ep);
+    if (!z || !ep) {
         free(z);
         free(ep);
-        if (st) goto fail;
+        return execi_error(-ENOMEM, where, "no memory");
     }
+    for (uint32_t b = 0; b < e->grid; b++) ep[b] = 1; /* LL flags start at 1 */
+    int st = dev_put(e, z, n * sizeof *z, (void **)&e->lsem_dev);
+    if (!st) st = dev_put(e, ep, e->grid * sizeof *ep, (void **)&e->epochs_dev);
+    free(z);
+    free(ep);
+    return st;
+}
+
+/* The port side: anchor memory, the proxy and one anchor port channel per plan port channel. */
+static int create_ports(cchan_exec_t *e, const char *where) {
+    const exec_rank_desc_t *me = e->me;
+    const uint32_t ninst = e->ninst;
+    int st;
+    if ((st = alloc_exchanged(e, EXEC_ANCHOR_BYTES, &e->anchor, &e->peer_anchor, "anchor")))
+        return st;
+    if ((st = cchan_proxy_create(e->comm, NULL, &e->proxy)) < 0 ||
+        (st = cchan_proxy_start(e->proxy)) < 0)
+        return rt_err(st, where, "cchan_proxy_create/start");
+    e->anchors =
+        (cchan_port_channel_t *)calloc((me->nch ? me->nch : 1) * (size_t)ninst, sizeof *e->anchors);
+    e->data_next = (int *)calloc((size_t)e->nranks, sizeof(int));
+    if (!e->anchors || !e->data_next) return execi_error(-ENOMEM, where, "no memory");
+    /* the anchors are made on every rank in plan order (pairwise for network transports) */
+    for (uint32_t k = 0; k < me->nch; k++)
+        for (uint32_t i = 0; i < ninst; i++) {
+            const exec_chan_desc_t *cd = &me->ch[k];
+            if (cd->type != EXEC_CH_PORT) continue;
+            st =
+                cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->port_sems, cd->peer,
+                                          cd->index * (int)ninst + (int)i, e->peer_anchor[cd->peer],
+                                          e->anchor, &e->anchors[i * me->nch + k]);
+            if (st < 0) return rt_err(st, where, "cchan_port_channel_create(anchor)");
+        }
+    return 0;
+}
+
+int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                         const cchan_exec_config_t *cfg, cchan_exec_t **out) {
+    static const char *where = "cchan_exec_create";
+    execi_clear_error();
+    uint32_t ninst = 0;
+    int st = create_validate(comm, plan, cfg, out, where, &ninst);
+    if (st) return st;
+    cchan_exec_t *e = exec_alloc(comm, plan, ninst);
+    if (!e) return execi_error(-ENOMEM, where, "no memory");
+    size_t total = 0;
+    uint8_t *img = program_image(e, &total);
+    if (!img) {
+        free(e);
+        return execi_error(-ENOMEM, where, "no memory");
+    }
+    st = dev_put(e, img, total, (void **)&e->prog_dev);
+    free(img);
+    if (st) goto fail;
+    e->smem = e->me->max_block_bytes <= EXEC_SMEM_MAX ? e->me->max_block_bytes : 0;
+    if ((st = create_launch_check(e, where))) goto fail;
+    /* semaphores: collective, in the same order on every rank */
+    if (e->nranks > 1 && (st = create_channel_sems(e, where))) goto fail;
+    if (e->nranks > 1 && plan->uses_barrier && (st = create_barriers(e, where))) goto fail;
+    if ((st = create_local_state(e, where))) goto fail;
     if ((st = scratch_grow(e, 0)) < 0) goto fail;
-    if (plan->uses_port) {
-        if ((st = alloc_exchanged(e, EXEC_ANCHOR_BYTES, &e->anchor, &e->peer_anchor, "anchor")))
-            goto fail;
-        if ((st = cchan_proxy_create(comm, NULL, &e->proxy)) < 0 ||
-            (st = cchan_proxy_start(e->proxy)) < 0) {
-            st = rt_err(st, where, "cchan_proxy_create/start");
-            goto fail;
-        }
-        e->anchors = (cchan_port_channel_t *)calloc((me->nch ? me->nch : 1) * (size_t)ninst,
-                                                    sizeof *e->anchors);
-        e->data_next = (int *)calloc((size_t)nranks, sizeof(int));
-        if (!e->anchors || !e->data_next) {
-            st = execi_error(-ENOMEM, where, "no memory");
-            goto fail;
-        }
-        /* the anchors are made on every rank in plan order (pairwise for network transports) */
-        for (uint32_t k = 0; k < me->nch; k++)
-            for (uint32_t i = 0; i < ninst; i++) {
-                const exec_chan_desc_t *cd = &me->ch[k];
-                if (cd->type != EXEC_CH_PORT) continue;
-                st = cchan_port_channel_create(e->proxy, CCHAN_TRANSPORT_AUTO, e->port_sems,
-                                               cd->peer, cd->index * (int)ninst + (int)i,
-                                               e->peer_anchor[cd->peer], e->anchor,
-                                               &e->anchors[i * me->nch + k]);
-                if (st < 0) {
-                    st = rt_err(st, where, "cchan_port_channel_create(anchor)");
-                    goto fail;
-                }
-            }
-    }
+    if (plan->uses_port && (st = create_ports(e, where))) goto fail;
     *out = e;
     return 0;
 fail:
@@ -561,38 +593,139 @@ static int sub_get(cchan_exec_t *e, uint32_t k, uint32_t inst, uint32_t pair,
 
 static const char *const buf_names[EXEC_NBUF] = {"input", "output", "scratch"};
 
-static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in_bytes,
-                      uint64_t out_bytes, exec_binding_t **out) {
-    static const char *where = "cchan_exec_run";
+/* The registrations holding input and output where the peers reach them (reg[b], else NULL). */
+static int bind_find_regs(cchan_exec_t *e, uint8_t *const ptr[EXEC_NBUF],
+                          const uint64_t len[EXEC_NBUF], exec_reg_t *reg[EXEC_NBUF]) {
     const cchan_exec_plan_t *p = e->plan;
-    const exec_rank_desc_t *me = e->me;
-    uint8_t *ptr[EXEC_NBUF] = {(uint8_t *)(uintptr_t)send, (uint8_t *)recv,
-                               (uint8_t *)cchan_mem_ptr(e->scratch)};
-    uint64_t len[EXEC_NBUF] = {in_bytes, out_bytes, e->scratch_bytes};
-    exec_reg_t *reg[EXEC_NBUF] = {NULL, NULL, NULL};
     for (int b = 0; b < 2; b++) {
         if (!(p->need_reg & (1u << b))) continue;
         if (b == EXEC_BUF_INPUT && p->inplace) continue;
         reg[b] = reg_find(e, ptr[b], len[b]);
         if (!reg[b])
-            return execi_error(-EINVAL, where,
+            return execi_error(-EINVAL, "cchan_exec_run",
                                "plan \"%s\" reaches the peers' %s: register the %s buffer (%p, "
                                "%llu bytes) with cchan_exec_register on every rank",
                                p->name, buf_names[b], b ? "recv" : "send", ptr[b],
                                (unsigned long long)len[b]);
     }
-    const uint32_t ni = e->ninst, nch = me->nch ? me->nch : 1;
-    exec_binding_t *bd = (exec_binding_t *)calloc(1, sizeof *bd);
-    exec_chan_rt_t *ch = (exec_chan_rt_t *)calloc((size_t)nch * ni, sizeof *ch);
+    return 0;
+}
+
+/* Port channels of all instances: an anchor and one per buffer pair of every plan port channel. */
+static size_t bind_nports(const exec_rank_desc_t *me, uint32_t ni) {
     size_t nports = 0;
     for (uint32_t k = 0; k < me->nch; k++)
         if (me->ch[k].type == EXEC_CH_PORT)
             nports += 1 + (size_t)__builtin_popcount(me->ch[k].port_pairs);
-    nports *= ni;
+    return nports * ni;
+}
+
+/* Memory channel k of instance i: its semaphore and the peer's buffers, mapped here. */
+static int bind_chan_memory(cchan_exec_t *e, uint32_t k, uint32_t i, exec_reg_t *const *reg,
+                            const exec_bind_t *hb, exec_chan_rt_t *c) {
+    static const char *where = "cchan_exec_run";
+    const exec_chan_desc_t *cd = &e->me->ch[k];
+    int st = cchan_sem_set_get(e->mem_sems, cd->peer, cd->index * (int)e->ninst + (int)i, &c->sem);
+    if (st < 0) return rt_err(st, where, "cchan_sem_set_get");
+    for (int b = 0; b < EXEC_NBUF; b++) {
+        if (!(cd->remote_mask & (1u << b))) continue;
+        if (b == EXEC_BUF_SCRATCH)
+            c->remote[b] = (uint8_t *)cchan_mem_ptr(e->peer_scratch[cd->peer]);
+        else
+            c->remote[b] = (uint8_t *)cchan_mem_ptr(reg[b]->peers[cd->peer]) + hb->port_off[b];
+        if (!c->remote[b])
+            return execi_error(CCHAN_ERR_UNSUPPORTED, where,
+                               "channels[%u]: rank %d's %s is not mapped here (another "
+                               "host?): use a port channel",
+                               k, cd->peer, buf_names[b]);
+    }
+    return 0;
+}
+
+/* Port channel k of instance i (kk = i * nch + k): its anchor and one sub-channel per buffer
+ * pair, appended to ports[*np..]. */
+static int bind_chan_port(cchan_exec_t *e, uint32_t k, uint32_t i, uint32_t kk,
+                          exec_reg_t *const *reg, cchan_port_channel_t *ports, size_t *np,
+                          exec_chan_rt_t *c) {
+    const exec_chan_desc_t *cd = &e->me->ch[k];
+    int st;
+    c->anchor = (int16_t)*np;
+    ports[(*np)++] = e->anchors[kk];
+    for (int pr = 0; pr < 9; pr++) {
+        if (!(cd->port_pairs & (1u << pr))) continue;
+        int sb = pr / 3, db = pr % 3;
+        cchan_mem_t *src = sb == EXEC_BUF_SCRATCH ? e->scratch : reg[sb]->local;
+        cchan_mem_t *dst =
+            db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer] : reg[db]->peers[cd->peer];
+        const exec_sub_t *u = NULL;
+        if ((st = sub_get(e, k, i, (uint32_t)pr, src, dst, &u))) return st;
+        ports[*np] = u->port;
+        c->port[pr] = (int16_t)(*np)++;
+    }
+    return 0;
+}
+
+/* Every instance's channels: instance i has channels [i * nch, +nch), semaphore index
+ * index * ni + i (both ends agree). */
+static int bind_channels(cchan_exec_t *e, exec_reg_t *const *reg, const exec_bind_t *hb,
+                         exec_chan_rt_t *ch, cchan_port_channel_t *ports) {
+    const exec_rank_desc_t *me = e->me;
+    size_t np = 0;
+    int st = 0;
+    for (uint32_t kk = 0; kk < me->nch * e->ninst && st == 0; kk++) {
+        uint32_t i = kk / me->nch, k = kk % me->nch;
+        exec_chan_rt_t *c = &ch[kk];
+        c->type = (uint32_t)me->ch[k].type;
+        for (int pr = 0; pr < 9; pr++) c->port[pr] = -1;
+        c->anchor = -1;
+        if (me->ch[k].type == EXEC_CH_MEMORY)
+            st = bind_chan_memory(e, k, i, reg, hb, c);
+        else
+            st = bind_chan_port(e, k, i, kk, reg, ports, &np, c);
+    }
+    return st;
+}
+
+/* Copies the channels, ports and one exec_bind_t per instance to the device, into bd. */
+static int bind_publish(cchan_exec_t *e, exec_binding_t *bd, const exec_chan_rt_t *ch,
+                        const cchan_port_channel_t *ports, size_t nports, const exec_bind_t *hb,
+                        exec_bind_t *hbs) {
+    const uint32_t ni = e->ninst, nch = e->me->nch ? e->me->nch : 1;
+    int st;
+    if ((st = dev_put(e, ch, (size_t)nch * ni * sizeof *ch, (void **)&bd->ch_dev))) return st;
+    if ((st = dev_put(e, ports, (nports ? nports : 1) * sizeof *ports, (void **)&bd->ports_dev)))
+        return st;
+    for (uint32_t i = 0; i < ni; i++) {
+        hbs[i] = *hb;
+        hbs[i].ch = bd->ch_dev + (size_t)i * e->me->nch;
+        hbs[i].ports = bd->ports_dev; /* channel port indices are into the whole array */
+        hbs[i].barrier =
+            e->barrier_dev ? e->barrier_dev + (size_t)i * (size_t)(e->nranks - 1) : NULL;
+        hbs[i].npeers = (uint32_t)(e->nranks - 1);
+        hbs[i].lsem = e->lsem_dev + (size_t)i * e->lsem_stride;
+        hbs[i].epochs = e->epochs_dev;
+        hbs[i].ctl = e->ctl;
+    }
+    return dev_put(e, hbs, sizeof *hbs * ni, (void **)&bd->dev);
+}
+
+static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in_bytes,
+                      uint64_t out_bytes, exec_binding_t **out) {
+    static const char *where = "cchan_exec_run";
+    const exec_rank_desc_t *me = e->me;
+    uint8_t *ptr[EXEC_NBUF] = {(uint8_t *)(uintptr_t)send, (uint8_t *)recv,
+                               (uint8_t *)cchan_mem_ptr(e->scratch)};
+    uint64_t len[EXEC_NBUF] = {in_bytes, out_bytes, e->scratch_bytes};
+    exec_reg_t *reg[EXEC_NBUF] = {NULL, NULL, NULL};
+    int st = bind_find_regs(e, ptr, len, reg);
+    if (st) return st;
+    const uint32_t ni = e->ninst, nch = me->nch ? me->nch : 1;
+    exec_binding_t *bd = (exec_binding_t *)calloc(1, sizeof *bd);
+    exec_chan_rt_t *ch = (exec_chan_rt_t *)calloc((size_t)nch * ni, sizeof *ch);
+    size_t nports = bind_nports(me, ni);
     cchan_port_channel_t *ports =
         (cchan_port_channel_t *)calloc(nports ? nports : 1, sizeof *ports);
     exec_bind_t *hbs = (exec_bind_t *)calloc(ni, sizeof *hbs);
-    int st = 0;
     if (!bd || !ch || !ports || !hbs) {
         st = execi_error(-ENOMEM, where, "no memory");
         goto fail;
@@ -602,69 +735,8 @@ static int bind_build(cchan_exec_t *e, const void *send, void *recv, uint64_t in
     for (int b = 0; b < EXEC_NBUF; b++) hb.buf[b] = ptr[b];
     hb.port_off[EXEC_BUF_SCRATCH] = 0;
     for (int b = 0; b < 2; b++) hb.port_off[b] = reg[b] ? (uint64_t)(ptr[b] - reg[b]->ptr) : 0;
-    size_t np = 0;
-    /* instance i: channels [i * nch, +nch), semaphore index index * ni + i (both ends agree) */
-    for (uint32_t kk = 0; kk < me->nch * ni && st == 0; kk++) {
-        uint32_t i = kk / me->nch, k = kk % me->nch;
-        const exec_chan_desc_t *cd = &me->ch[k];
-        exec_chan_rt_t *c = &ch[kk];
-        c->type = (uint32_t)cd->type;
-        for (int pr = 0; pr < 9; pr++) c->port[pr] = -1;
-        c->anchor = -1;
-        if (cd->type == EXEC_CH_MEMORY) {
-            st = cchan_sem_set_get(e->mem_sems, cd->peer, cd->index * (int)ni + (int)i, &c->sem);
-            if (st < 0) {
-                st = rt_err(st, where, "cchan_sem_set_get");
-                break;
-            }
-            for (int b = 0; b < EXEC_NBUF; b++) {
-                if (!(cd->remote_mask & (1u << b))) continue;
-                if (b == EXEC_BUF_SCRATCH)
-                    c->remote[b] = (uint8_t *)cchan_mem_ptr(e->peer_scratch[cd->peer]);
-                else
-                    c->remote[b] =
-                        (uint8_t *)cchan_mem_ptr(reg[b]->peers[cd->peer]) + hb.port_off[b];
-                if (!c->remote[b]) {
-                    st = execi_error(CCHAN_ERR_UNSUPPORTED, where,
-                                     "channels[%u]: rank %d's %s is not mapped here (another "
-                                     "host?): use a port channel",
-                                     k, cd->peer, buf_names[b]);
-                    break;
-                }
-            }
-            continue;
-        }
-        /* port */
-        c->anchor = (int16_t)np;
-        ports[np++] = e->anchors[kk];
-        for (int pr = 0; pr < 9 && st == 0; pr++) {
-            if (!(cd->port_pairs & (1u << pr))) continue;
-            int sb = pr / 3, db = pr % 3;
-            cchan_mem_t *src = sb == EXEC_BUF_SCRATCH ? e->scratch : reg[sb]->local;
-            cchan_mem_t *dst =
-                db == EXEC_BUF_SCRATCH ? e->peer_scratch[cd->peer] : reg[db]->peers[cd->peer];
-            const exec_sub_t *u = NULL;
-            if ((st = sub_get(e, k, i, (uint32_t)pr, src, dst, &u))) break;
-            ports[np] = u->port;
-            c->port[pr] = (int16_t)np++;
-        }
-    }
-    if (st) goto fail;
-    if ((st = dev_put(e, ch, (size_t)nch * ni * sizeof *ch, (void **)&bd->ch_dev))) goto fail;
-    if ((st = dev_put(e, ports, (nports ? nports : 1) * sizeof *ports, (void **)&bd->ports_dev)))
-        goto fail;
-    for (uint32_t i = 0; i < ni; i++) {
-        hbs[i] = hb;
-        hbs[i].ch = bd->ch_dev + (size_t)i * me->nch;
-        hbs[i].ports = bd->ports_dev; /* channel port indices are into the whole array */
-        hbs[i].barrier =
-            e->barrier_dev ? e->barrier_dev + (size_t)i * (size_t)(e->nranks - 1) : NULL;
-        hbs[i].npeers = (uint32_t)(e->nranks - 1);
-        hbs[i].lsem = e->lsem_dev + (size_t)i * e->lsem_stride;
-        hbs[i].epochs = e->epochs_dev;
-        hbs[i].ctl = e->ctl;
-    }
-    if ((st = dev_put(e, hbs, sizeof *hbs * ni, (void **)&bd->dev))) goto fail;
+    if ((st = bind_channels(e, reg, &hb, ch, ports))) goto fail;
+    if ((st = bind_publish(e, bd, ch, ports, nports, &hb, hbs))) goto fail;
     bd->send = send;
     bd->recv = recv;
     bd->in_bytes = in_bytes;
