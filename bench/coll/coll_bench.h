@@ -165,6 +165,31 @@ double ccb_max_over_ranks(const ccb_ctx_t *ctx, double mine);
 int64_t ccb_sum_over_ranks(const ccb_ctx_t *ctx, int64_t mine);
 int ccb_json_write(const ccb_ctx_t *ctx, const char *path);
 
+/* ---- one operation (coll_run.c), shared with --plan (coll_plan.c) */
+#define CCB_GUARD 4096u /* bytes after each output that must stay untouched */
+
+typedef struct op_arg {
+    ccb_ctx_t *ctx;
+    cchan_coll_t *coll;
+    unsigned op;
+    int dtype, algo;
+    const void *send;
+    void *recv;
+    size_t count; /* allreduce: elements; allgather: per-rank send; reducescatter: per-rank recv */
+} op_arg_t;
+
+const char *ccb_dtype_name(int dt);
+int ccb_launch_cchan(void *p, void *stream);
+int ccb_launch_nccl(void *p, void *stream);
+void ccb_in_place_ptrs(unsigned op, void *buf, size_t count, size_t es, int rank, const void **send,
+                       void **recv);
+int64_t ccb_check_op(ccb_ctx_t *ctx, ccb_dev_t *dev, op_arg_t *a, int in_place, void *sendbuf,
+                     void *recvbuf, int64_t *oob, ccb_launch_fn launch);
+double ccb_time_op(ccb_ctx_t *ctx, ccb_dev_t *dev, void *a, ccb_launch_fn launch, int graph);
+int ccb_sweep(const ccb_opts_t *o, uint64_t *out, int max);
+void ccb_bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
+                    void *sendbuf, void *recvbuf, size_t bufbytes);
+
 #ifdef __cplusplus
 }
 #endif

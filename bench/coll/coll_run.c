@@ -8,9 +8,7 @@
 
 #include "coll_bench.h"
 
-#define CCB_GUARD 4096u /* bytes after each output that must stay untouched */
-
-static const char *dtype_name(int dt) {
+const char *ccb_dtype_name(int dt) {
     return dt == CCHAN_COLL_F32 ? "float" : dt == CCHAN_COLL_F16 ? "half" : "bfloat16";
 }
 static int nccl_dtype(int dt) {
@@ -124,17 +122,7 @@ static void sym_free(ccb_ctx_t *ctx, sym_buf_t *b) {
 
 /* ---------------------------------------------------------------- one operation */
 
-typedef struct op_arg {
-    ccb_ctx_t *ctx;
-    cchan_coll_t *coll;
-    unsigned op;
-    int dtype, algo;
-    const void *send;
-    void *recv;
-    size_t count; /* allreduce: elements; allgather: per-rank send; reducescatter: per-rank recv */
-} op_arg_t;
-
-static int launch_cchan(void *p, void *stream) {
+int ccb_launch_cchan(void *p, void *stream) {
     op_arg_t *a = (op_arg_t *)p;
     int st;
     switch (a->op) {
@@ -159,7 +147,7 @@ static int launch_cchan(void *p, void *stream) {
     return st;
 }
 
-static int launch_nccl(void *p, void *stream) {
+int ccb_launch_nccl(void *p, void *stream) {
     op_arg_t *a = (op_arg_t *)p;
     const cb_nccl_t *n = &a->ctx->nccl;
     int r;
@@ -187,8 +175,8 @@ static size_t out_bytes(unsigned op, size_t count, size_t es, int n) {
 }
 
 /* Where the input and output of the in-place form live, given the buffer `buf`. */
-static void in_place_ptrs(unsigned op, void *buf, size_t count, size_t es, int rank,
-                          const void **send, void **recv) {
+void ccb_in_place_ptrs(unsigned op, void *buf, size_t count, size_t es, int rank, const void **send,
+                       void **recv) {
     uint8_t *b = (uint8_t *)buf;
     if (op == CCB_OP_ALLGATHER) {
         *recv = b;
@@ -213,15 +201,15 @@ static int expected_value(const ccb_ctx_t *ctx, unsigned op, size_t count, uint6
 
 /* Runs the operation once on fresh data and checks it against the host reference. Returns the
  * number of wrong elements (and out-of-bounds bytes in *oob, -1 when not checked). */
-static int64_t check_op(ccb_ctx_t *ctx, ccb_dev_t *dev, op_arg_t *a, int in_place, void *sendbuf,
-                        void *recvbuf, int64_t *oob, ccb_launch_fn launch) {
+int64_t ccb_check_op(ccb_ctx_t *ctx, ccb_dev_t *dev, op_arg_t *a, int in_place, void *sendbuf,
+                     void *recvbuf, int64_t *oob, ccb_launch_fn launch) {
     const size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)a->dtype);
     const int n = ctx->nranks;
     const size_t ib = in_bytes(a->op, a->count, es, n), ob = out_bytes(a->op, a->count, es, n);
     const uint64_t in_count = ib / es;
     *oob = -1;
     if (in_place) {
-        in_place_ptrs(a->op, recvbuf, a->count, es, ctx->rank, &a->send, &a->recv);
+        ccb_in_place_ptrs(a->op, recvbuf, a->count, es, ctx->rank, &a->send, &a->recv);
         if (dev->poison(recvbuf, ob + CCB_GUARD) < 0) return -1;
     } else {
         a->send = sendbuf;
@@ -259,7 +247,7 @@ static int64_t check_op(ccb_ctx_t *ctx, ccb_dev_t *dev, op_arg_t *a, int in_plac
     return wrong;
 }
 
-static double time_op(ccb_ctx_t *ctx, ccb_dev_t *dev, void *a, ccb_launch_fn launch, int graph) {
+double ccb_time_op(ccb_ctx_t *ctx, ccb_dev_t *dev, void *a, ccb_launch_fn launch, int graph) {
     double us = dev->time(ctx, launch, a, graph);
     /* Every rank takes part in every measurement; a failure anywhere voids the figure. */
     double worst = ccb_max_over_ranks(ctx, us < 0 ? INFINITY : us);
@@ -270,7 +258,7 @@ static void print_coll_header(const ccb_ctx_t *ctx, unsigned op, int dtype) {
     ccb_printf(ctx,
                "#\n# %s, %s, %d ranks; times in us, bandwidths in GB/s (nccl-tests' algbw and "
                "busbw)\n",
-               op_name(op), dtype_name(dtype), ctx->nranks);
+               op_name(op), ccb_dtype_name(dtype), ctx->nranks);
     ccb_printf(ctx, "# %10s %11s %8s %-11s  %30s  %30s  %31s\n", "", "", "", "",
                "------ out-of-place ------", "------- in-place -------",
                "---- NCCL (faster placement) ----");
@@ -331,7 +319,7 @@ static void fmt_param(char *buf, size_t n, int64_t v) {
 }
 
 /* Sizes of the sweep: -b to -e by factor -f (or increment -i). */
-static int sweep(const ccb_opts_t *o, uint64_t *out, int max) {
+int ccb_sweep(const ccb_opts_t *o, uint64_t *out, int max) {
     int n = 0;
     for (uint64_t s = o->min_bytes; s <= o->max_bytes && n < max;) {
         out[n++] = s;
@@ -356,12 +344,12 @@ static void coll_nccl_times(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, 
             double best = -1;
             for (int ip = 0; ip < 2; ip++) {
                 op_arg_t a = {ctx, coll, op, dtype, 0, s, r, count};
-                if (ip) in_place_ptrs(op, r, count, es, ctx->rank, &a.send, &a.recv);
+                if (ip) ccb_in_place_ptrs(op, r, count, es, ctx->rank, &a.send, &a.recv);
                 if (o->check && mode == 0 && ip == 0 && bytes <= (16u << 20)) {
                     /* Validates the checker itself on NCCL's result. */
                     int64_t oob;
-                    int64_t wrong =
-                        ccb_sum_over_ranks(ctx, check_op(ctx, dev, &a, 0, s, r, &oob, launch_nccl));
+                    int64_t wrong = ccb_sum_over_ranks(
+                        ctx, ccb_check_op(ctx, dev, &a, 0, s, r, &oob, ccb_launch_nccl));
                     if (wrong != 0)
                         ccb_printf(ctx,
                                    "# warning: NCCL's own result has %lld wrong elements "
@@ -370,7 +358,7 @@ static void coll_nccl_times(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, 
                     a.send = s;
                     a.recv = r;
                 }
-                double us = time_op(ctx, dev, &a, launch_nccl, graph);
+                double us = ccb_time_op(ctx, dev, &a, ccb_launch_nccl, graph);
                 if (us > 0 && (best < 0 || us < best)) best = us;
             }
             base->nccl_us[mode] = best;
@@ -418,13 +406,13 @@ static void coll_row(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsigne
         op_arg_t a = {ctx, coll, op, dtype, algo, sendbuf, recvbuf, count};
         if (o->check) {
             int64_t oob;
-            int64_t w = check_op(ctx, dev, &a, ip, sendbuf, recvbuf, &oob, launch_cchan);
+            int64_t w = ccb_check_op(ctx, dev, &a, ip, sendbuf, recvbuf, &oob, ccb_launch_cchan);
             m[ip]->wrong = ccb_sum_over_ranks(ctx, w < 0 ? (int64_t)count * n : w);
             if (!ip) row.oob = ccb_sum_over_ranks(ctx, oob < 0 ? 0 : oob);
         } else if (ip) {
-            in_place_ptrs(op, recvbuf, count, es, ctx->rank, &a.send, &a.recv);
+            ccb_in_place_ptrs(op, recvbuf, count, es, ctx->rank, &a.send, &a.recv);
         }
-        m[ip]->us = time_op(ctx, dev, &a, launch_cchan, graph);
+        m[ip]->us = ccb_time_op(ctx, dev, &a, ccb_launch_cchan, graph);
         if (m[ip]->wrong > 0 || m[ip]->us < 0) ctx->failed = 1;
     }
     if (row.oob > 0) {
@@ -458,7 +446,7 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
     const size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype);
     const int n = ctx->nranks;
     uint64_t sizes[128];
-    int nsizes = sweep(o, sizes, 128);
+    int nsizes = ccb_sweep(o, sizes, 128);
     print_coll_header(ctx, op, dtype);
     double bus_sum = 0, nccl_bus_sum = 0;
     int bus_n = 0, nccl_bus_n = 0;
@@ -473,7 +461,7 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
         ccb_row_t base;
         memset(&base, 0, sizeof base);
         snprintf(base.op, sizeof base.op, "%s", op_name(op));
-        snprintf(base.dtype, sizeof base.dtype, "%s", dtype_name(dtype));
+        snprintf(base.dtype, sizeof base.dtype, "%s", ccb_dtype_name(dtype));
         base.bytes = bytes;
         base.count = bytes / es;
         base.graph = graph;
@@ -495,7 +483,7 @@ static void bench_coll(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, unsig
     }
     if (bus_n) {
         ccb_printf(ctx, "# Avg bus bandwidth    : %.3f (cchan, %s %s)", bus_sum / bus_n,
-                   op_name(op), dtype_name(dtype));
+                   op_name(op), ccb_dtype_name(dtype));
         if (nccl_bus_n) ccb_printf(ctx, "; best NCCL: %.3f", nccl_bus_sum / nccl_bus_n);
         ccb_printf(ctx, "\n");
     }
@@ -649,7 +637,7 @@ static void fused_row(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, cchan_
             int64_t b = fused_check(ctx, dev, &d, &a);
             wrong += b < 0 ? (int64_t)n : b;
         }
-        row.fused_us[p] = time_op(ctx, dev, &a, launch_fused, row.graph);
+        row.fused_us[p] = ccb_time_op(ctx, dev, &a, launch_fused, row.graph);
         if (p == 3) cchan_fused_rmsnorm_set_split(f, 1);
     }
     /* The unfused paths: cchan all-reduce, NCCL default, NCCL symmetric; each + kernel. */
@@ -678,7 +666,7 @@ static void fused_row(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, cchan_
                            "elements (tokens %u)\n",
                            (long long)b, tokens);
         }
-        double us = time_op(ctx, dev, &a, launch_fused, row.graph);
+        double us = ccb_time_op(ctx, dev, &a, launch_fused, row.graph);
         if (u == 0)
             row.unfused_cchan_us = us;
         else
@@ -776,215 +764,6 @@ static void bench_fused(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll) {
                     "ran, else cchan + kernel): below 1 the fused kernel wins\n");
 }
 
-#ifdef CCB_HAVE_EXEC
-/* ---------------------------------------------------------------- --plan: an execution plan
- * The plan (cchan_exec), the native cchan_coll kernel of -a (auto by default) and NCCL, each size
- * side by side in one run, on the same registered buffers; the plan's output is checked against
- * the host reference first (AllReduce, AllGather, ReduceScatter). */
-
-typedef struct plan_arg {
-    op_arg_t a; /* first: check_op() and the native launchers take it */
-    cchan_exec_t *ex;
-    size_t in_count; /* elements of one rank's input */
-} plan_arg_t;
-
-static int launch_plan(void *p, void *stream) {
-    plan_arg_t *pa = (plan_arg_t *)p;
-    int st = cchan_exec_run(pa->ex, pa->a.send, pa->a.recv, pa->in_count,
-                            (cchan_exec_dtype_t)pa->a.dtype, CCHAN_EXEC_SUM, stream);
-    if (st < 0)
-        fprintf(stderr, "cchan-coll-bench: rank %d: plan run (%zu elements): %s: %s\n",
-                pa->a.ctx->rank, pa->in_count, cchan_strerror(st), cchan_exec_last_error());
-    return st;
-}
-
-/* What one --plan run shares across its dtypes and sizes. */
-typedef struct plan_run {
-    ccb_ctx_t *ctx;
-    ccb_dev_t *dev;
-    cchan_coll_t *coll;
-    cchan_exec_t *ex;
-    cchan_exec_plan_info_t in;
-    unsigned op; /* the native op of the plan's collective; 0: none */
-    cchan_coll_algo_t algo;
-    void *sendbuf, *recvbuf;
-    size_t bufbytes;
-} plan_run_t;
-
-/* plan/native time ratios over one dtype's sizes */
-typedef struct plan_ratio {
-    double sum, max;
-    uint64_t max_at;
-    int n;
-} plan_ratio_t;
-
-static unsigned plan_native_op(cchan_exec_collective_t c) {
-    return c == CCHAN_EXEC_ALLREDUCE       ? CCB_OP_ALLREDUCE
-           : c == CCHAN_EXEC_ALLGATHER     ? CCB_OP_ALLGATHER
-           : c == CCHAN_EXEC_REDUCESCATTER ? CCB_OP_REDUCESCATTER
-                                           : 0;
-}
-
-/* The launch arguments of one size (ib input bytes, ob output bytes), pointers not yet set. */
-static void plan_arg_init(const plan_run_t *pr, int dtype, uint64_t ib, uint64_t ob, size_t es,
-                          plan_arg_t *pa) {
-    const unsigned op = pr->op;
-    memset(pa, 0, sizeof *pa);
-    pa->a.ctx = pr->ctx;
-    pa->a.coll = pr->coll;
-    pa->a.op = op ? op : CCB_OP_ALLREDUCE;
-    pa->a.dtype = dtype;
-    pa->a.algo = (int)pr->algo;
-    if (op && pr->algo == CCHAN_COLL_AUTO) {
-        /* the native kernel AUTO would pick: never a loaded plan (CCHAN_COLL_PLANS) */
-        cchan_coll_op_t cop = op == CCB_OP_ALLREDUCE   ? CCHAN_COLL_ALLREDUCE
-                              : op == CCB_OP_ALLGATHER ? CCHAN_COLL_ALLGATHER
-                                                       : CCHAN_COLL_REDUCESCATTER;
-        uint64_t full = ob > ib ? ob : ib;
-        cchan_coll_algo_t na =
-            cchan_coll_select_buffers(pr->coll, cop, full, pr->sendbuf, pr->recvbuf);
-        pa->a.algo = (int)(na == CCHAN_COLL_PLAN ? cchan_coll_select(pr->coll, cop, full) : na);
-    }
-    pa->ex = pr->ex;
-    pa->in_count = (size_t)(ib / es);
-    pa->a.count =
-        op == CCB_OP_REDUCESCATTER ? pa->in_count / (size_t)pr->ctx->nranks : pa->in_count;
-}
-
-/* Collective: the plan's output checked on every rank; -1 when not checked, else the wrong and
- * out-of-bounds elements summed over the ranks. */
-static int64_t plan_check(const plan_run_t *pr, plan_arg_t *pa) {
-    ccb_ctx_t *ctx = pr->ctx;
-    if (!(ctx->opt.check && pr->op)) return -1;
-    int64_t oob = -1;
-    int64_t wrong =
-        check_op(ctx, pr->dev, &pa->a, pr->in.inplace, pr->sendbuf, pr->recvbuf, &oob, launch_plan);
-    int64_t tw = ccb_sum_over_ranks(ctx, wrong < 0 ? 1 : wrong);
-    int64_t to = ccb_sum_over_ranks(ctx, oob < 0 ? 0 : oob);
-    ctx->wrong_total += tw;
-    ctx->oob_total += to;
-    return tw + to;
-}
-
-static void plan_set_ptrs(const plan_run_t *pr, size_t es, plan_arg_t *pa) {
-    if (pr->in.inplace) {
-        const void *sp;
-        void *rp;
-        in_place_ptrs(pa->a.op, pr->recvbuf, pa->a.count, es, pr->ctx->rank, &sp, &rp);
-        pa->a.send = sp;
-        pa->a.recv = rp;
-    } else {
-        pa->a.send = pr->sendbuf;
-        pa->a.recv = pr->recvbuf;
-    }
-}
-
-/* One size: check, time the plan, the native kernel and NCCL, print the row; the plan/native
- * ratio goes into ratio. Every rank skips the same sizes. */
-static void bench_plan_size(const plan_run_t *pr, int dtype, uint64_t size, plan_ratio_t *ratio) {
-    ccb_ctx_t *ctx = pr->ctx;
-    const ccb_opts_t *o = &ctx->opt;
-    const unsigned op = pr->op;
-    size_t es = cchan_coll_dtype_size((cchan_coll_dtype_t)dtype);
-    /* nccl-tests' size: the larger buffer (AllGather: the output) */
-    uint64_t ib = pr->in.collective == CCHAN_EXEC_ALLGATHER ? size / (uint64_t)ctx->nranks : size;
-    ib = ib / pr->in.granularity * pr->in.granularity;
-    uint64_t ob = ib / pr->in.in_chunks * pr->in.out_chunks;
-    if (ib == 0 || ib % es || ob + CCB_GUARD > pr->bufbytes || ib + CCB_GUARD > pr->bufbytes)
-        return;
-    plan_arg_t pa;
-    plan_arg_init(pr, dtype, ib, ob, es, &pa);
-    int64_t wrong = plan_check(pr, &pa);
-    plan_set_ptrs(pr, es, &pa);
-    int graph = o->graph_launches > 0 && size <= o->graph_max;
-    double t_plan = time_op(ctx, pr->dev, &pa, launch_plan, graph);
-    double t_nat = -1, t_nccl = -1;
-    if (op && cchan_coll_supported(pr->coll,
-                                   (cchan_coll_op_t)(op == CCB_OP_ALLREDUCE   ? 0
-                                                     : op == CCB_OP_ALLGATHER ? 1
-                                                                              : 2),
-                                   pr->algo, ob > ib ? ob : ib))
-        t_nat = time_op(ctx, pr->dev, &pa.a, launch_cchan, graph);
-    if (op && ctx->have_nccl) t_nccl = time_op(ctx, pr->dev, &pa.a, launch_nccl, graph);
-    char chk[16];
-    snprintf(chk, sizeof chk, "%s", wrong < 0 ? "-" : wrong ? "WRONG" : "ok");
-    double r_nat = t_plan > 0 && t_nat > 0 ? t_plan / t_nat : 0;
-    double r_nccl = t_plan > 0 && t_nccl > 0 ? t_plan / t_nccl : 0;
-    if (r_nat > 0) {
-        ratio->sum += r_nat;
-        ratio->n++;
-        if (r_nat > ratio->max) {
-            ratio->max = r_nat;
-            ratio->max_at = size;
-        }
-    }
-    if (wrong > 0) ctx->failed = 1;
-    ccb_printf(ctx, "  %12llu %12llu %6s %10.2f %10.2f %10.2f %11.3f %11.3f\n",
-               (unsigned long long)size, (unsigned long long)ib, chk, t_plan, t_nat, t_nccl, r_nat,
-               r_nccl);
-}
-
-static void bench_plan_dtype(const plan_run_t *pr, int dtype, const uint64_t *sizes, int nsizes) {
-    ccb_ctx_t *ctx = pr->ctx;
-    const cchan_exec_plan_info_t *in = &pr->in;
-    const unsigned op = pr->op;
-    ccb_printf(ctx,
-               "#\n# plan %s (%s, %d blocks x %d instances%s) against cchan_coll %s%s and NCCL, "
-               "%s, %d ranks; times in us\n",
-               in->name, cchan_exec_collective_name(in->collective), (int)in->nblocks,
-               cchan_exec_instances(pr->ex), in->inplace ? ", in place" : "",
-               op ? cchan_coll_algo_name(pr->algo) : "(none)",
-               op ? "" : " (no native kernel for this collective)", dtype_name(dtype), ctx->nranks);
-    ccb_printf(ctx, "# %12s %12s %6s %10s %10s %10s %11s %11s\n", "size", "in_bytes", "check",
-               "plan", "native", "nccl", "plan/native", "plan/nccl");
-    plan_ratio_t ratio = {0, 0, 0, 0};
-    for (int si = 0; si < nsizes; si++) bench_plan_size(pr, dtype, sizes[si], &ratio);
-    if (ratio.n)
-        ccb_printf(ctx, "# plan/native: mean %.3f over %d sizes, max %.3f at %llu bytes (%s %s)\n",
-                   ratio.sum / ratio.n, ratio.n, ratio.max, (unsigned long long)ratio.max_at,
-                   in->name, dtype_name(dtype));
-}
-
-static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
-                       void *sendbuf, void *recvbuf, size_t bufbytes) {
-    const ccb_opts_t *o = &ctx->opt;
-    cchan_exec_plan_t *plan;
-    int st = cchan_exec_plan_load_file(file, &plan);
-    if (st < 0) ccb_die(ctx, "--plan %s: %s", file, cchan_exec_last_error());
-    plan_run_t pr;
-    memset(&pr, 0, sizeof pr);
-    cchan_exec_plan_info(plan, &pr.in);
-    st = cchan_exec_create(ctx->comm, plan, &pr.ex);
-    if (st < 0) ccb_die(ctx, "cchan_exec_create(%s): %s", file, cchan_exec_last_error());
-    ccb_check_status(ctx, cchan_exec_register(pr.ex, sendbuf, bufbytes), "cchan_exec_register");
-    ccb_check_status(ctx, cchan_exec_register(pr.ex, recvbuf, bufbytes), "cchan_exec_register");
-    pr.ctx = ctx;
-    pr.dev = dev;
-    pr.coll = coll;
-    pr.op = plan_native_op(pr.in.collective);
-    pr.algo = o->algo >= 0 ? (cchan_coll_algo_t)o->algo : CCHAN_COLL_AUTO;
-    pr.sendbuf = sendbuf;
-    pr.recvbuf = recvbuf;
-    pr.bufbytes = bufbytes;
-    uint64_t sizes[128];
-    int nsizes = sweep(o, sizes, 128);
-    for (int d = 0; d < o->ndtypes; d++) bench_plan_dtype(&pr, o->dtypes[d], sizes, nsizes);
-    dev->sync();
-    ccb_check_status(ctx, cchan_bootstrap_barrier(ctx->bs), "barrier");
-    cchan_exec_deregister(pr.ex, sendbuf);
-    cchan_exec_deregister(pr.ex, recvbuf);
-    ccb_check_status(ctx, cchan_exec_destroy(pr.ex), "cchan_exec_destroy");
-    cchan_exec_plan_free(plan);
-}
-
-#else
-static void bench_plan(ccb_ctx_t *ctx, ccb_dev_t *dev, cchan_coll_t *coll, const char *file,
-                       void *sendbuf, void *recvbuf, size_t bufbytes) {
-    (void)dev, (void)coll, (void)sendbuf, (void)recvbuf, (void)bufbytes;
-    ccb_die(ctx, "--plan %s: this build has no cchan_exec (jansson was missing)", file);
-}
-#endif
-
 /* ---------------------------------------------------------------- entry */
 
 int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
@@ -1049,7 +828,7 @@ int ccb_run(ccb_ctx_t *ctx, ccb_dev_t *dev) {
             }
         }
         for (int i = 0; i < o->nplans; i++)
-            bench_plan(ctx, dev, coll, o->plans[i], sendbuf, recvbuf, bytes);
+            ccb_bench_plan(ctx, dev, coll, o->plans[i], sendbuf, recvbuf, bytes);
         for (unsigned op = CCB_OP_ALLREDUCE; op <= CCB_OP_REDUCESCATTER; op <<= 1) {
             if (o->nplans || !(o->ops & op)) continue;
             for (int d = 0; d < o->ndtypes; d++)
