@@ -7,6 +7,11 @@
 
 #include "cchan/arch/arch.h"
 
+#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
 CCHAN_EXTERN_C_BEGIN
 
 typedef struct cchan_f16 {
@@ -96,6 +101,64 @@ CCHAN_HOST_DEVICE_INLINE cchan_f16_t cchan_f32_to_f16(float f) {
     v += 0xfffu + ((v >> 13) & 1u);
     r.bits = (uint16_t)(sign | (v >> 13));
     return r;
+}
+
+/* Element types of a packed 32-bit word: one f32, or two f16 or bf16 (the lower address first). */
+enum cchan_elem_type { CCHAN_ELEM_F32 = 0, CCHAN_ELEM_F16 = 1, CCHAN_ELEM_BF16 = 2 };
+
+/* The elements of word w as f32: *lo, and *hi (0 for an f32 word). The GPU pass of CUDA uses the
+ * hardware conversions, every other pass the functions above (the same values). */
+CCHAN_HOST_DEVICE_INLINE void cchan_unpack_w32(uint32_t w, int type, float *lo, float *hi) {
+#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
+    if (type == CCHAN_ELEM_F32) {
+        *lo = __uint_as_float(w);
+        *hi = 0.0f;
+    } else if (type == CCHAN_ELEM_F16) {
+        __half2 h = *(const __half2 *)(const void *)&w;
+        float2 f = __half22float2(h);
+        *lo = f.x;
+        *hi = f.y;
+    } else {
+        __nv_bfloat162 h = *(const __nv_bfloat162 *)(const void *)&w;
+        float2 f = __bfloat1622float2(h);
+        *lo = f.x;
+        *hi = f.y;
+    }
+#else
+    if (type == CCHAN_ELEM_F32) {
+        *lo = cchan_f32_from_bits(w);
+        *hi = 0.0f;
+    } else if (type == CCHAN_ELEM_F16) {
+        cchan_f16_t a = {(uint16_t)w}, b = {(uint16_t)(w >> 16)};
+        *lo = cchan_f16_to_f32(a);
+        *hi = cchan_f16_to_f32(b);
+    } else {
+        cchan_bf16_t a = {(uint16_t)w}, b = {(uint16_t)(w >> 16)};
+        *lo = cchan_bf16_to_f32(a);
+        *hi = cchan_bf16_to_f32(b);
+    }
+#endif
+}
+
+/* lo and hi rounded (to nearest even) into one word of `type` (hi ignored for f32). */
+CCHAN_HOST_DEVICE_INLINE uint32_t cchan_pack_w32(float lo, float hi, int type) {
+#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
+    if (type == CCHAN_ELEM_F32) return __float_as_uint(lo);
+    uint32_t w;
+    if (type == CCHAN_ELEM_F16) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        w = *(const uint32_t *)(const void *)&h;
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        w = *(const uint32_t *)(const void *)&h;
+    }
+    return w;
+#else
+    if (type == CCHAN_ELEM_F32) return cchan_f32_bits(lo);
+    if (type == CCHAN_ELEM_F16)
+        return (uint32_t)cchan_f32_to_f16(lo).bits | ((uint32_t)cchan_f32_to_f16(hi).bits << 16);
+    return (uint32_t)cchan_f32_to_bf16(lo).bits | ((uint32_t)cchan_f32_to_bf16(hi).bits << 16);
+#endif
 }
 
 CCHAN_EXTERN_C_END

@@ -20,10 +20,6 @@
 #include "cchan/device.h"
 #include "cchan/switch_channel.h"
 
-#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#endif
 #if defined(CCHAN_BACKEND_HOST)
 #include <string.h>
 #endif
@@ -34,7 +30,11 @@ CCHAN_EXTERN_C_BEGIN
 #define COLL_VEC 16u  /* bytes per vector access */
 #define COLL_UNROLL 4 /* coll_reduce: vectors per thread in flight (two sources) */
 
-enum coll_kernel_dtype { COLL_F32 = 0, COLL_F16 = 1, COLL_BF16 = 2 };
+enum coll_kernel_dtype {
+    COLL_F32 = CCHAN_ELEM_F32,
+    COLL_F16 = CCHAN_ELEM_F16,
+    COLL_BF16 = CCHAN_ELEM_BF16
+};
 
 /* Everything a collective kernel needs, passed by value. */
 typedef struct coll_args {
@@ -69,76 +69,24 @@ typedef struct coll_args {
 /* ------------------------------------------------------------------ element arithmetic
  * A 4-byte word holds one f32 or two 16-bit elements; sums run in f32 and round once. */
 
-CCHAN_DEVICE_INLINE void coll_unpack_w32(uint32_t w, int dt, float *lo, float *hi) {
-#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
-    if (dt == COLL_F32) {
-        *lo = __uint_as_float(w);
-        *hi = 0.0f;
-    } else if (dt == COLL_F16) {
-        __half2 h = *(const __half2 *)(const void *)&w;
-        float2 f = __half22float2(h);
-        *lo = f.x;
-        *hi = f.y;
-    } else {
-        __nv_bfloat162 h = *(const __nv_bfloat162 *)(const void *)&w;
-        float2 f = __bfloat1622float2(h);
-        *lo = f.x;
-        *hi = f.y;
-    }
-#else
-    if (dt == COLL_F32) {
-        *lo = cchan_f32_from_bits(w);
-        *hi = 0.0f;
-    } else if (dt == COLL_F16) {
-        cchan_f16_t a = {(uint16_t)w}, b = {(uint16_t)(w >> 16)};
-        *lo = cchan_f16_to_f32(a);
-        *hi = cchan_f16_to_f32(b);
-    } else {
-        cchan_bf16_t a = {(uint16_t)w}, b = {(uint16_t)(w >> 16)};
-        *lo = cchan_bf16_to_f32(a);
-        *hi = cchan_bf16_to_f32(b);
-    }
-#endif
-}
-
-CCHAN_DEVICE_INLINE uint32_t coll_pack_w32(float lo, float hi, int dt) {
-#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
-    if (dt == COLL_F32) return __float_as_uint(lo);
-    uint32_t w;
-    if (dt == COLL_F16) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        w = *(const uint32_t *)(const void *)&h;
-    } else {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        w = *(const uint32_t *)(const void *)&h;
-    }
-    return w;
-#else
-    if (dt == COLL_F32) return cchan_f32_bits(lo);
-    if (dt == COLL_F16)
-        return (uint32_t)cchan_f32_to_f16(lo).bits | ((uint32_t)cchan_f32_to_f16(hi).bits << 16);
-    return (uint32_t)cchan_f32_to_bf16(lo).bits | ((uint32_t)cchan_f32_to_bf16(hi).bits << 16);
-#endif
-}
-
 /* acc[0..2k) += the k words of w (k = 1, 2 or 4). */
 CCHAN_DEVICE_INLINE void coll_acc_words(float *acc, const uint32_t *w, int k, int dt) {
     for (int j = 0; j < k; j++) {
         float lo, hi;
-        coll_unpack_w32(w[j], dt, &lo, &hi);
+        cchan_unpack_w32(w[j], dt, &lo, &hi);
         acc[2 * j] += lo;
         acc[2 * j + 1] += hi;
     }
 }
 CCHAN_DEVICE_INLINE void coll_pack_words(uint32_t *w, const float *acc, int k, int dt) {
-    for (int j = 0; j < k; j++) w[j] = coll_pack_w32(acc[2 * j], acc[2 * j + 1], dt);
+    for (int j = 0; j < k; j++) w[j] = cchan_pack_w32(acc[2 * j], acc[2 * j + 1], dt);
 }
 
 CCHAN_DEVICE_INLINE float coll_load_elem(const uint8_t *p, int dt) {
     if (dt == COLL_F32) return *(const float *)(const void *)p;
     uint16_t b = *(const uint16_t *)(const void *)p;
     float lo, hi;
-    coll_unpack_w32((uint32_t)b, dt, &lo, &hi);
+    cchan_unpack_w32((uint32_t)b, dt, &lo, &hi);
     return lo;
 }
 CCHAN_DEVICE_INLINE void coll_store_elem(uint8_t *p, float v, int dt) {
@@ -146,7 +94,7 @@ CCHAN_DEVICE_INLINE void coll_store_elem(uint8_t *p, float v, int dt) {
         *(float *)(void *)p = v;
         return;
     }
-    *(uint16_t *)(void *)p = (uint16_t)coll_pack_w32(v, 0.0f, dt);
+    *(uint16_t *)(void *)p = (uint16_t)cchan_pack_w32(v, 0.0f, dt);
 }
 
 /* 16-byte vector load/store of plain (non-volatile) data; p 16-byte aligned. */

@@ -22,14 +22,13 @@
 #include "cchan/semaphore.h"
 #include "exec_program.h"
 
-#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#endif
-
 CCHAN_EXTERN_C_BEGIN
 
-enum exec_dtype { EXEC_F32 = 0, EXEC_F16 = 1, EXEC_BF16 = 2 };
+enum exec_dtype {
+    EXEC_F32 = CCHAN_ELEM_F32,
+    EXEC_F16 = CCHAN_ELEM_F16,
+    EXEC_BF16 = CCHAN_ELEM_BF16
+};
 
 /* One channel of this rank, resolved for one set of buffers. */
 typedef struct exec_chan_rt {
@@ -71,64 +70,12 @@ typedef struct exec_kargs {
 
 /* ------------------------------------------------------------------ arithmetic */
 
-CCHAN_DEVICE_INLINE void exec_unpack_w32(uint32_t w, int dt, float *lo, float *hi) {
-#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
-    if (dt == EXEC_F32) {
-        *lo = __uint_as_float(w);
-        *hi = 0.0f;
-    } else if (dt == EXEC_F16) {
-        __half2 h = *(const __half2 *)(const void *)&w;
-        float2 f = __half22float2(h);
-        *lo = f.x;
-        *hi = f.y;
-    } else {
-        __nv_bfloat162 h = *(const __nv_bfloat162 *)(const void *)&w;
-        float2 f = __bfloat1622float2(h);
-        *lo = f.x;
-        *hi = f.y;
-    }
-#else
-    if (dt == EXEC_F32) {
-        *lo = cchan_f32_from_bits(w);
-        *hi = 0.0f;
-    } else if (dt == EXEC_F16) {
-        cchan_f16_t a = {(uint16_t)w}, b = {(uint16_t)(w >> 16)};
-        *lo = cchan_f16_to_f32(a);
-        *hi = cchan_f16_to_f32(b);
-    } else {
-        cchan_bf16_t a = {(uint16_t)w}, b = {(uint16_t)(w >> 16)};
-        *lo = cchan_bf16_to_f32(a);
-        *hi = cchan_bf16_to_f32(b);
-    }
-#endif
-}
-
-CCHAN_DEVICE_INLINE uint32_t exec_pack_w32(float lo, float hi, int dt) {
-#if defined(CCHAN_BACKEND_CUDA) && CCHAN_DEVICE_PASS
-    if (dt == EXEC_F32) return __float_as_uint(lo);
-    uint32_t w;
-    if (dt == EXEC_F16) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        w = *(const uint32_t *)(const void *)&h;
-    } else {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        w = *(const uint32_t *)(const void *)&h;
-    }
-    return w;
-#else
-    if (dt == EXEC_F32) return cchan_f32_bits(lo);
-    if (dt == EXEC_F16)
-        return (uint32_t)cchan_f32_to_f16(lo).bits | ((uint32_t)cchan_f32_to_f16(hi).bits << 16);
-    return (uint32_t)cchan_f32_to_bf16(lo).bits | ((uint32_t)cchan_f32_to_bf16(hi).bits << 16);
-#endif
-}
-
 /* a + b for the elements packed in one word (f32: one, f16/bf16: two), summed in f32. */
 CCHAN_DEVICE_INLINE uint32_t exec_add_w32(uint32_t a, uint32_t b, int dt) {
     float al, ah, bl, bh;
-    exec_unpack_w32(a, dt, &al, &ah);
-    exec_unpack_w32(b, dt, &bl, &bh);
-    return exec_pack_w32(al + bl, ah + bh, dt);
+    cchan_unpack_w32(a, dt, &al, &ah);
+    cchan_unpack_w32(b, dt, &bl, &bh);
+    return cchan_pack_w32(al + bl, ah + bh, dt);
 }
 
 /* 16-byte vector load/store of plain data; p 16-byte aligned. */
@@ -191,17 +138,17 @@ CCHAN_DEVICE_INLINE void exec_reduce_dt(uint8_t *dst, uint8_t *dst2, const uint8
             float lo[4], hi[4];
             uint32_t w[4];
             exec_load16(src[0] + i * 16, w);
-            for (int j = 0; j < 4; j++) exec_unpack_w32(w[j], dt, &lo[j], &hi[j]);
+            for (int j = 0; j < 4; j++) cchan_unpack_w32(w[j], dt, &lo[j], &hi[j]);
             for (int k = 1; k < nsrc; k++) {
                 exec_load16(src[k] + i * 16, w);
                 for (int j = 0; j < 4; j++) {
                     float l, h;
-                    exec_unpack_w32(w[j], dt, &l, &h);
+                    cchan_unpack_w32(w[j], dt, &l, &h);
                     lo[j] += l;
                     hi[j] += h;
                 }
             }
-            for (int j = 0; j < 4; j++) w[j] = exec_pack_w32(lo[j], hi[j], dt);
+            for (int j = 0; j < 4; j++) w[j] = cchan_pack_w32(lo[j], hi[j], dt);
             exec_store16(dst + i * 16, w);
             if (dst2) exec_store16(dst2 + i * 16, w);
         }
@@ -212,14 +159,14 @@ CCHAN_DEVICE_INLINE void exec_reduce_dt(uint8_t *dst, uint8_t *dst2, const uint8
     uint64_t n = bytes / 4;
     for (uint64_t i = tid; i < n; i += nthreads) {
         float lo, hi;
-        exec_unpack_w32(((const uint32_t *)(const void *)src[0])[i], dt, &lo, &hi);
+        cchan_unpack_w32(((const uint32_t *)(const void *)src[0])[i], dt, &lo, &hi);
         for (int k = 1; k < nsrc; k++) {
             float l, h;
-            exec_unpack_w32(((const uint32_t *)(const void *)src[k])[i], dt, &l, &h);
+            cchan_unpack_w32(((const uint32_t *)(const void *)src[k])[i], dt, &l, &h);
             lo += l;
             hi += h;
         }
-        uint32_t w = exec_pack_w32(lo, hi, dt);
+        uint32_t w = cchan_pack_w32(lo, hi, dt);
         ((uint32_t *)(void *)dst)[i] = w;
         if (dst2) ((uint32_t *)(void *)dst2)[i] = w;
     }

@@ -100,7 +100,9 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
         float f = cchan_f32_from_bits(cchan_f32_bits(1.5f));
         f += cchan_bf16_to_f32(cchan_f32_to_bf16(f));
         f += cchan_f16_to_f32(cchan_f32_to_f16(f));
-        acc += (int64_t)f;
+        float lo, hi;
+        cchan_unpack_w32(cchan_pack_w32(f, 2.0f, CCHAN_ELEM_BF16), CCHAN_ELEM_BF16, &lo, &hi);
+        acc += (int64_t)(f + lo + hi);
     }
 
     /* copy.h */
