@@ -25,6 +25,9 @@ JOBS=${JOBS:-$(nproc)}
 STAGES=${CCHAN_STAGES:-main asan tsan}
 read -r -a cmake_args <<<"${CMAKE_ARGS:-}"
 read -r -a ctest_args <<<"${CTEST_ARGS:-}"
+# What a plain `make` leaves out when it is missing, `make test` requires: CI never passes with the
+# cmocka tests or the executor left out.
+required=(-DCCHAN_REQUIRE_CMOCKA=ON -DCCHAN_REQUIRE_JANSSON=ON)
 host_only=(-DCCHAN_ENABLE_CUDA=OFF -DCCHAN_ENABLE_HIP=OFF -DCCHAN_BUILD_BENCH=OFF
     -DCCHAN_BUILD_EXAMPLES=OFF)
 
@@ -81,7 +84,7 @@ run_stage() { # run_stage <name> <build dir> <ctest label args...> -- <cmake arg
     local -a labels=() cfg=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do labels+=("$1"); shift; done
     [ $# -gt 0 ] && shift
-    cfg=("$@")
+    cfg=("${required[@]}" "$@")
     local start=$SECONDS log=$build/cchan-ctest.log cfglog=$build/cchan-configure.log
 
     echo "configure: cmake -S . -B $build ${cfg[*]} ${cmake_args[*]}"
