@@ -14,7 +14,7 @@ import argparse
 import faulthandler
 import glob
 import os
-import socket
+import signal
 import subprocess
 import sys
 import threading
@@ -24,12 +24,6 @@ DESTROY_TIMEOUT = 30  # seconds a rank waits for destroy_process_group before gi
 EXIT_DESTROY_HUNG = 3  # a rank's exit status when only its teardown hung (its results are saved)
 DTYPES = ["float32", "float16", "bfloat16", "int32", "float64"]
 COUNTS = [1024, 1 << 20, 1000003]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def inputs(torch, rank, dtype, count):
@@ -48,7 +42,10 @@ def worker(a):
     # A run that is about to be killed for time says where every thread of it stands.
     faulthandler.dump_traceback_later(max(5, a.timeout - 5), exit=False)
     torch.cuda.set_device(a.rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank,
+    # The launcher holds the store's listening socket for the whole run: no port to race for, and
+    # none left bound by an earlier run's processes.
+    store = dist.TCPStore("127.0.0.1", a.port, a.world, is_master=False)
+    dist.init_process_group("nccl", store=dist.PrefixStore(a.mode, store), rank=a.rank,
                             world_size=a.world)
     results = {}
     for dtype in DTYPES:
@@ -126,9 +123,10 @@ def torch_cudart():
     return sorted(glob.glob(os.path.join(root, "nvidia", "**", "libcudart.so.*"), recursive=True))
 
 
-def launch(a, mode, real_nccl):
-    port = free_port()
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+def launch(a, mode, store):
+    port = store.port
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1")
     env.setdefault("NCCL_DEBUG", "WARN")
     env.pop("CCHAN_NVLS", None)
     if mode == "cchan":
@@ -138,8 +136,8 @@ def launch(a, mode, real_nccl):
         cuda_libs = [os.path.dirname(p) for p in torch_cudart()] + ["/usr/local/cuda/lib64"]
         env["LD_LIBRARY_PATH"] = ":".join(p for p in cuda_libs + [env.get("LD_LIBRARY_PATH", "")] if p)
         env.setdefault("CCHAN_DEBUG", "INFO")
-        if real_nccl:
-            env["CCHAN_NCCL_FALLBACK"] = real_nccl
+        # No CCHAN_NCCL_FALLBACK: the shim must find PyTorch's own NCCL by itself (main checks).
+        env.pop("CCHAN_NCCL_FALLBACK", None)
     procs = []
     for r in range(a.nprocs):
         saved = os.path.join(a.out, f"{mode}-{r}.pt")
@@ -148,7 +146,8 @@ def launch(a, mode, real_nccl):
         log = open(os.path.join(a.out, f"{mode}-{r}.log"), "w")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--rank", str(r),
                "--world", str(a.nprocs), "--port", str(port), "--out", a.out, "--timeout", str(a.timeout)]
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True), log))
     rcs = []
     deadline = time.time() + a.timeout  # one deadline for the whole run, not one per process
     for r, (p, log) in enumerate(procs):
@@ -161,7 +160,32 @@ def launch(a, mode, real_nccl):
             hung = os.path.exists(os.path.join(a.out, f"{mode}-{r}.pt"))
             rcs.append(EXIT_DESTROY_HUNG if hung else 124)
         log.close()
+    for p, _ in procs:  # nothing of this run outlives it (a rank's helpers included)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
     return rcs
+
+
+def teardown_in_nccl(path):
+    """True when the shim's log shows the fallback NCCL's own teardown started and never returned
+    (the shim says so before and after it): a hang that is NCCL's, not cchan's."""
+    started = returned = 0
+    for line in open(path, errors="replace"):
+        if "the fallback NCCL's teardown starts" in line:
+            started += 1
+        elif "the fallback NCCL's teardown returned" in line:
+            returned += 1
+    return started > returned
+
+
+def shim_fallback(path):
+    """The fallback NCCL the shim loaded, from its log ('' when none was)."""
+    for line in open(path, errors="replace"):
+        if "fallback NCCL" in line and " loaded from " in line:
+            return line.rsplit(" loaded from ", 1)[1].strip()
+    return ""
 
 
 def main():
@@ -196,26 +220,31 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     real = torch_nccl_lib()
     print(f"[torch-nccl] torch {torch.__version__}, NCCL {torch.cuda.nccl.version()}, "
-          f"fallback for the shim: {real or 'default search'}", flush=True)
+          f"PyTorch's own NCCL (the shim's fallback must be it): {real or 'none found'}", flush=True)
 
     rcs = {}
     order = a.order.split(",")
     if sorted(order) != ["cchan", "nccl"]:
         print(f"torch-nccl: --order must name cchan and nccl once each, not {a.order!r}")
         return 2
+    import torch.distributed as dist
     for m in order:
         print(f"[torch-nccl] {m} run ({a.nprocs} processes)", flush=True)
-        rcs[m] = launch(a, m, real)
+        store = dist.TCPStore("127.0.0.1", 0, a.nprocs + 1, is_master=True, wait_for_workers=False)
+        rcs[m] = launch(a, m, store)
+        del store
         print(f"[torch-nccl] {m} run: exit codes {rcs[m]}", flush=True)
     fails = 0
     for m, rc in rcs.items():
         if all(c in (0, EXIT_DESTROY_HUNG) for c in rc) and any(rc):
             # Every rank finished its collectives and saved its results; only the teardown hung.
-            # Said either way; it fails the shim's run, not the reference's (a hang in the real
-            # NCCL's own teardown is not ours to fix, and its results still serve as reference).
-            print(f"[torch-nccl] {m} run: destroy_process_group hung on ranks "
-                  f"{[r for r, c in enumerate(rc) if c]} after the results were saved")
-            if m == "nccl":
+            # A hang inside the real NCCL's own teardown (the reference run's, or the shim's
+            # forwarded call, which the shim's log brackets) is not cchan's and fails nothing.
+            hung = [r for r, c in enumerate(rc) if c]
+            nccls = m == "nccl" or all(teardown_in_nccl(os.path.join(a.out, f"{m}-{r}.log")) for r in hung)
+            print(f"[torch-nccl] {m} run: destroy_process_group hung on ranks {hung} after the "
+                  f"results were saved, {'inside NCCL' if nccls else 'in cchan'}'s teardown")
+            if nccls:
                 continue
         if any(rc):
             print(f"[torch-nccl] {m} run failed: exit codes {rc} (logs {a.out}/{m}-*.log)")
@@ -225,6 +254,12 @@ def main():
                 print(f"--- {m} rank {r}: last lines of its log")
                 for line in lines[-25:]:
                     print("    " + line[:300])
+    for r in range(a.nprocs):
+        got = shim_fallback(os.path.join(a.out, f"cchan-{r}.log"))
+        if real and os.path.realpath(got or "/") != real:
+            print(f"[torch-nccl] rank {r}: the shim's fallback is {got or 'none'}, not PyTorch's "
+                  f"own NCCL {real}")
+            fails += 1
     if fails:
         return 1
     cchan_calls = forwarded = 0

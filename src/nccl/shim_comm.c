@@ -851,8 +851,14 @@ static ncclResult_t teardown(ncclComm_t comm, int abort_it, const char *where) {
                          (void *)comm);
     ncclResult_t res = ncclSuccess;
     const shim_real_t *r = shim_real();
-    if (comm->real && r)
+    if (comm->real && r) {
+        /* Said before and after: a teardown that never returns is then told to be the fallback's
+         * own (scripts/torch-nccl.py reads these lines) rather than cchan's. */
+        SHIM_INFO("%s: rank %d: the fallback NCCL's teardown starts", where, comm->rank);
         res = abort_it ? r->ncclCommAbort(comm->real) : r->ncclCommDestroy(comm->real);
+        SHIM_INFO("%s: rank %d: the fallback NCCL's teardown returned %d", where, comm->rank,
+                  (int)res);
+    }
     comm->real = NULL;
     if (abort_it && comm->coll) {
         /* Peers may be gone: a collective teardown could hang. The cchan side is left behind. */
@@ -862,8 +868,10 @@ static ncclResult_t teardown(ncclComm_t comm, int abort_it, const char *where) {
         comm->cc = NULL;
         comm->bs = NULL;
     }
+    int rank = comm->rank;
     int rc = clique_leave(comm);
     if (rc && res == ncclSuccess) res = shim_fail_cchan(rc, where);
+    SHIM_INFO("%s: rank %d: cchan side done (%d)", where, rank, rc);
     return res;
 }
 

@@ -79,7 +79,9 @@ static ncclResult_t status_result(int status) {
     case CCHAN_ERR_VERSION:
     case CCHAN_ERR_PROTOCOL:
     case CCHAN_ERR_TIMEOUT:
-    case CCHAN_ERR_DEVICE_TIMEOUT: res = ncclRemoteError; break;
+    case CCHAN_ERR_DEVICE_TIMEOUT:
+    case CCHAN_ERR_PEER_DEAD: /* as NCCL names a peer that is gone */
+    case CCHAN_ERR_ABORTED: res = ncclRemoteError; break;
     case CCHAN_ERR_UNSUPPORTED:
     case CCHAN_ERR_NO_DEVICE: res = ncclInvalidUsage; break;
     default:
@@ -180,6 +182,69 @@ static int find_loaded(struct dl_phdr_info *info, size_t size, void *ctx) {
     return 1;
 }
 
+static int try_dir(const char *dir, size_t len, const char *self);
+
+/* The NCCL a loaded library that needs libnccl.so.2 would have got, had this shim not been loaded
+ * in its place under that name (LD_PRELOAD): PyTorch's libtorch_cuda.so names its wheel's NCCL
+ * through its RUNPATH ($ORIGIN/../../nvidia/nccl/lib). So each loaded object that needs
+ * libnccl.so.2 has its RUNPATH (or RPATH) folders tried, $ORIGIN expanded, as the dynamic linker
+ * would try them, before the environment's and the system's folders. */
+struct runpath_search {
+    const char *self;
+    int loaded;
+};
+
+static int try_dir(const char *dir, size_t len, const char *self);
+
+static int try_runpath_dirs(const char *list, const char *origin, const char *self) {
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char dir[PATH_MAX];
+        size_t skip = !strncmp(p, "${ORIGIN}", 9) ? 9 : !strncmp(p, "$ORIGIN", 7) ? 7 : 0;
+        if (skip && skip <= len)
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(len - skip), p + skip);
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)len, p);
+        if (len && try_dir(dir, strlen(dir), self) == 0) return 0;
+        p = end ? end + 1 : p + len;
+    }
+    return -1;
+}
+
+static int try_runpaths(struct dl_phdr_info *info, size_t size, void *ctx) {
+    (void)size;
+    struct runpath_search *s = ctx;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn || !info->dlpi_name || !info->dlpi_name[0]) return 0;
+    const char *strtab = NULL;
+    long runpath = -1, rpath = -1;
+    int needs_nccl = 0;
+    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB) {
+            /* glibc relocates the address in place for most objects; not for all (vdso) */
+            ElfW(Addr) a = d->d_un.d_ptr;
+            strtab = (const char *)(a < info->dlpi_addr ? a + info->dlpi_addr : a);
+        }
+    }
+    if (!strtab) return 0;
+    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_NEEDED && !strcmp(strtab + d->d_un.d_val, "libnccl.so.2")) needs_nccl = 1;
+        if (d->d_tag == DT_RUNPATH) runpath = (long)d->d_un.d_val;
+        if (d->d_tag == DT_RPATH) rpath = (long)d->d_un.d_val;
+    }
+    if (!needs_nccl || (runpath < 0 && rpath < 0)) return 0;
+    char object[PATH_MAX];
+    if (!realpath(info->dlpi_name, object) || !strcmp(object, s->self)) return 0;
+    char *slash = strrchr(object, '/');
+    if (slash) *slash = '\0';
+    s->loaded = try_runpath_dirs(strtab + (runpath >= 0 ? runpath : rpath), object, s->self) == 0;
+    return s->loaded;
+}
+
 static int try_dir(const char *dir, size_t len, const char *self) {
     static const char *names[] = {"libnccl.so.2", "libnccl.so"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -217,6 +282,11 @@ static void real_load(void) {
         real_loaded = 1;
         goto done;
     }
+    struct runpath_search rs = {self, 0};
+    if (dl_iterate_phdr(try_runpaths, &rs) && rs.loaded) {
+        real_loaded = 1;
+        goto done;
+    }
     const char *ldp = getenv("LD_LIBRARY_PATH");
     for (const char *p = ldp; p && *p;) {
         const char *end = strchr(p, ':');
@@ -243,7 +313,8 @@ static void real_load(void) {
         }
     }
     snprintf(real_why, sizeof real_why,
-             "no libnccl.so.2 other than this shim in LD_LIBRARY_PATH or the system folders "
+             "no libnccl.so.2 other than this shim in the loaded libraries' RUNPATHs, "
+             "LD_LIBRARY_PATH or the system folders "
              "(set CCHAN_NCCL_FALLBACK=/path/libnccl.so.2)");
 done:
     if (real_loaded) {

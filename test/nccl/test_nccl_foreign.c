@@ -4,7 +4,12 @@
  * must hand such handles back to the fallback instead of rejecting them.
  *
  *   test_nccl_foreign fake <libfake_nccl.so>   a fallback is loaded: the call reaches it
- *   test_nccl_foreign none                      no fallback: the handle is rejected */
+ *   test_nccl_foreign none                      no fallback: the handle is rejected
+ *   test_nccl_foreign runpath <lib>             no CCHAN_NCCL_FALLBACK: <lib>, loaded first, has a
+ *                                               RUNPATH folder holding libnccl.so.2 (the fake), as
+ *                                               PyTorch's libtorch_cuda.so points at its wheel's
+ *                                               NCCL; the shim finds it there */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +20,15 @@
 
 int main(int argc, char **argv) {
     CT_ASSERT(argc >= 2);
-    int fake = !strcmp(argv[1], "fake");
+    int runpath = !strcmp(argv[1], "runpath");
+    int fake = runpath || !strcmp(argv[1], "fake");
     CT_ASSERT(fake ? argc == 3 : !strcmp(argv[1], "none"));
-    setenv("CCHAN_NCCL_FALLBACK", fake ? argv[2] : "none", 1);
+    if (runpath) {
+        unsetenv("CCHAN_NCCL_FALLBACK");
+        CT_ASSERT(dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL) != NULL);
+    } else {
+        setenv("CCHAN_NCCL_FALLBACK", fake ? argv[2] : "none", 1);
+    }
 
     /* Zeroed memory standing for the fallback's communicator: not a shim handle. */
     static uint64_t foreign[512];
