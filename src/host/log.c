@@ -1,4 +1,5 @@
 /* cchan logging: off unless CCHAN_DEBUG is set. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,21 +24,47 @@ static const struct {
                     {"transport", CCHANI_SUB_TRANSPORT}, {"env", CCHANI_SUB_ENV},
                     {"all", CCHANI_SUB_ALL}};
 
+/* Appends text to path (of size n) at *o; 0, or -1 when it does not fit. */
+static int path_append(char *path, size_t n, size_t *o, const char *text) {
+    size_t len = strlen(text);
+    if (len >= n - *o) return -1;
+    memcpy(path + *o, text, len + 1);
+    *o += len;
+    return 0;
+}
+
+/* CCHAN_DEBUG_FILE with %h (host name) and %p (pid) expanded. A path that does not fit is not cut
+ * (a cut path could name another file): logging stays on stderr, with a line that says why. */
 static void open_file(const char *pattern) {
-    char path[512];
+    char path[PATH_MAX];
     size_t o = 0;
-    for (const char *p = pattern; *p && o + 32 < sizeof path; p++) {
+    path[0] = '\0';
+    int fits = 0;
+    for (const char *p = pattern;; p++) {
+        char text[32];
+        if (!*p) {
+            fits = 1;
+            break;
+        }
         if (p[0] == '%' && p[1] == 'h') {
-            o += (size_t)snprintf(path + o, sizeof path - o, "%s", log_host);
+            if (path_append(path, sizeof path, &o, log_host)) break;
             p++;
-        } else if (p[0] == '%' && p[1] == 'p') {
-            o += (size_t)snprintf(path + o, sizeof path - o, "%d", (int)getpid());
+            continue;
+        }
+        if (p[0] == '%' && p[1] == 'p') {
+            snprintf(text, sizeof text, "%d", (int)getpid());
             p++;
         } else {
-            path[o++] = *p;
+            text[0] = *p;
+            text[1] = '\0';
         }
+        if (path_append(path, sizeof path, &o, text)) break;
     }
-    path[o] = '\0';
+    if (!fits) {
+        fprintf(stderr, "cchan: CCHAN_DEBUG_FILE expands past %d bytes; logging to stderr\n",
+                PATH_MAX - 1);
+        return;
+    }
     log_file = fopen(path, "a");
     if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
 }
