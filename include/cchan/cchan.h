@@ -177,6 +177,13 @@ CCHAN_API int cchan_comm_check_device(cchan_comm_t *comm);
  * cchan_last_error() saying which rank and why (the text as seen by this rank). */
 CCHAN_API int cchan_comm_abort(cchan_comm_t *comm);
 CCHAN_API int cchan_comm_get_async_error(cchan_comm_t *comm, int *status);
+/* For libraries over cchan: 0 while the communicator is usable; once it was aborted (on this rank
+ * the moment cchan_comm_abort() returns, elsewhere when the watcher learns it), its status
+ * (CCHAN_ERR_ABORTED or CCHAN_ERR_PEER_DEAD) with cchan_last_error() "<where>: rank R: the
+ * communicator was aborted: <cause>". Every call of cchan and its libraries that works on a
+ * communicator starts with this check (one atomic load), so none succeeds after an abort; the
+ * destroy calls and the queries do not. -EINVAL for a NULL comm. */
+CCHAN_API int cchan_comm_check(cchan_comm_t *comm, const char *where);
 
 /* Collective agreement on a local step, for libraries whose create calls check arguments or
  * allocate before a collective step: every rank passes its status (0 or negative) and, when it

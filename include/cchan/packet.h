@@ -90,7 +90,7 @@ CCHAN_DEVICE_INLINE int cchan_ll8_read_one(const cchan_vec8_t *pkt, uint32_t fla
         } while (p.w[1] != flag);
     }
     *data = p.w[0];
-    return CCHAN_OK;
+    return cchan_wait_done(ctl, CCHAN_WAIT_PACKET, flag, p.w[1]);
 }
 
 CCHAN_DEVICE_INLINE void cchan_ll16_write(cchan_vec16_t *pkt, uint64_t data, uint32_t flag) {
@@ -133,7 +133,7 @@ CCHAN_DEVICE_INLINE int cchan_ll16_read_one(const cchan_vec16_t *pkt, uint32_t f
         } while (p.w[1] != flag || p.w[3] != flag);
     }
     *data = (uint64_t)p.w[0] | ((uint64_t)p.w[2] << 32);
-    return CCHAN_OK;
+    return cchan_wait_done(ctl, CCHAN_WAIT_PACKET, flag, p.w[1]);
 }
 
 /* ---- LL8 ---- */

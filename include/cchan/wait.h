@@ -12,8 +12,9 @@
  *
  * Abort. Every wait also ends, deadline or not, when the host aborts the communicator (a peer died,
  * or cchan_comm_abort() on any rank): the host writes a nonzero status into the record's `abort`
- * word, which the slow path reads once every CCHAN_WAIT_CLOCK_STRIDE spins (never on the fast path).
- * The waiting thread then records what it waited for with `aborted` set, and traps (GPU) or returns
+ * word, which the slow path reads once every CCHAN_WAIT_CLOCK_STRIDE spins; on the host backend
+ * every return of a wait reads it too (cchan_wait_done), on a GPU the fast path does not. The
+ * waiting thread then records what it waited for with `aborted` set, and traps (GPU) or returns
  * CCHAN_ERR_PEER_DEAD / CCHAN_ERR_ABORTED (host backend).
  */
 #ifndef CCHAN_WAIT_H
@@ -146,11 +147,31 @@ CCHAN_DEVICE_INLINE int cchan_wait_expired(const cchan_deadline_t *d, const ccha
                                                             : CCHAN_ERR_ABORTED);
 }
 
+/* Every successful return of a wait goes through here. On the host backend it also reads the abort
+ * word, so that a wait satisfied at once (peers that run ahead, a loop of small calls) still ends
+ * the operation once the communicator is aborted; there the word is ordinary memory and the load
+ * costs nothing. On a GPU it is host-mapped memory, a round trip over PCIe per wait, so the fast
+ * path skips it there: kernels are finite, and every host call that launches the next one checks
+ * the abort first (cchan_comm_check). */
+CCHAN_DEVICE_INLINE int cchan_wait_done(const cchan_wait_ctl_t *ctl, uint32_t kind,
+                                        uint64_t expected, uint64_t observed) {
+#if defined(CCHAN_BACKEND_HOST)
+    if (CCHAN_UNLIKELY(cchan_wait_aborted(ctl) != 0)) {
+        cchan_deadline_t d;
+        cchan_deadline_init(&d);
+        return cchan_wait_expired(&d, ctl, kind, expected, observed);
+    }
+#else
+    (void)ctl, (void)kind, (void)expected, (void)observed;
+#endif
+    return CCHAN_OK;
+}
+
 /* Spins until *p >= target (acquire, system scope). 0 or CCHAN_ERR_DEVICE_TIMEOUT. */
 CCHAN_DEVICE_INLINE int cchan_wait_geq_u64(const uint64_t *p, uint64_t target,
                                            const cchan_wait_ctl_t *ctl, uint32_t kind) {
     uint64_t v = cchan_load_acquire_sys_u64(p);
-    if (CCHAN_LIKELY(v >= target)) return CCHAN_OK;
+    if (CCHAN_LIKELY(v >= target)) return cchan_wait_done(ctl, kind, target, v);
 #if !defined(CCHAN_BACKEND_HOST)
     /* No deadline: the bare poll, so a signal is seen one load after it lands (the deadline
      * bookkeeping below re-reads ctl every spin, because each acquire load clobbers memory); the
@@ -174,7 +195,7 @@ CCHAN_DEVICE_INLINE int cchan_wait_geq_u64(const uint64_t *p, uint64_t target,
         if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, ctl)))
             return cchan_wait_expired(&d, ctl, kind, target, v);
     }
-    return CCHAN_OK;
+    return cchan_wait_done(ctl, kind, target, v);
 }
 
 CCHAN_EXTERN_C_END

@@ -234,11 +234,16 @@ int cchan_coll_register(cchan_coll_t *c, void *ptr, size_t bytes) {
     static const char *where = "cchan_coll_register";
     colli_clear_error();
     if (!c || !ptr || !bytes) return colli_error(-EINVAL, where, "coll, ptr and bytes must be set");
+    int st = cchan_comm_check(c->comm, where);
+    if (st) return st;
+    if (bytes > UINTPTR_MAX - (uintptr_t)ptr)
+        return colli_error(CCHAN_ERR_RANGE, where,
+                           "%zu bytes at %p run past the end of the address space", bytes, ptr);
     coll_reg_t *g = (coll_reg_t *)calloc(1, sizeof *g);
     if (!g) return colli_error(-ENOMEM, where, "no memory");
     g->ptr = (uint8_t *)ptr;
     g->bytes = bytes;
-    int st = cchan_mem_register(c->comm, ptr, bytes, 0, &g->mem);
+    st = cchan_mem_register(c->comm, ptr, bytes, 0, &g->mem);
     if (st < 0) {
         free(g);
         return colli_wrap(st, where, "cchan_mem_register");

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "cchan/last_error.h"
 #include "coll_internal.h"
 
 /* HB grid: one block per this many bytes a round moves per rank. */
@@ -42,10 +43,20 @@ static void *coll_host_thread(void *p) {
     return NULL;
 }
 
+/* A block that failed ended a wait: by its deadline or by an abort (a dead peer, cchan_comm_abort
+ * on any rank). The communicator's record names the wait and the cause; without one (another
+ * wait claimed it earlier) the abort's cause is all there is to say. */
+static int coll_host_failure(cchan_coll_t *c, int status, uint32_t b, const char *where) {
+    int named = cchan_comm_check_device(c->comm);
+    if (named == 0 && status != CCHAN_ERR_DEVICE_TIMEOUT) named = cchan_comm_check(c->comm, where);
+    if (named != 0)
+        return cchan_set_last_error(status, "%s: block %u: %s", where, b, cchan_last_error());
+    return colli_error(status, where, "block %u failed", b);
+}
+
 /* Host platform: one CPU thread per block; returns when every block is done. */
 static int coll_run_host(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_args_t *a,
                          uint32_t nblocks, const char *where) {
-    (void)c;
     coll_host_block_t blocks[COLL_HOST_BLOCKS_MAX];
     pthread_t threads[COLL_HOST_BLOCKS_MAX];
     if (nblocks > COLL_HOST_BLOCKS_MAX)
@@ -67,9 +78,7 @@ static int coll_run_host(cchan_coll_t *c, coll_kernel_t k, int dt, const coll_ar
     for (uint32_t b = 0; b < started; b++) pthread_join(threads[b], NULL);
     if (st) return st;
     for (uint32_t b = 0; b < nblocks; b++)
-        if (blocks[b].status)
-            return colli_error(blocks[b].status, where,
-                               "block %u: a wait passed the device deadline (CCHAN_TIMEOUT_MS)", b);
+        if (blocks[b].status) return coll_host_failure(c, blocks[b].status, b, where);
     return 0;
 }
 

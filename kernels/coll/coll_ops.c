@@ -10,6 +10,8 @@ static int coll_check(cchan_coll_t *c, const void *send, void *recv, cchan_coll_
     colli_clear_error();
     if (!c) return colli_error(-EINVAL, where, "coll is NULL");
     c->last_plan = NULL;
+    int st = cchan_comm_check(c->comm, where);
+    if (st) return st;
     if (!send || !recv) return colli_error(-EINVAL, where, "send and recv must not be NULL");
     if (cchan_coll_dtype_size(dtype) == 0)
         return colli_error(-EINVAL, where, "unknown dtype %d", (int)dtype);
@@ -23,6 +25,21 @@ static int coll_bytes(size_t count, size_t es, size_t mul, size_t *out, const ch
     if (count > SIZE_MAX / es / mul)
         return colli_error(CCHAN_ERR_RANGE, where, "%zu elements of %zu bytes overflow", count, es);
     *out = count * es * mul;
+    return 0;
+}
+
+/* send and recv of `bytes` each must end inside the address space (the selector and the kernels
+ * compute their ends). */
+static int coll_ranges(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes,
+                       const char *where) {
+    if (send_bytes > UINTPTR_MAX - (uintptr_t)send)
+        return colli_error(CCHAN_ERR_RANGE, where,
+                           "send: %zu bytes at %p run past the end of the address space",
+                           send_bytes, send);
+    if (recv_bytes > UINTPTR_MAX - (uintptr_t)recv)
+        return colli_error(CCHAN_ERR_RANGE, where,
+                           "recv: %zu bytes at %p run past the end of the address space",
+                           recv_bytes, recv);
     return 0;
 }
 
@@ -55,6 +72,13 @@ static int coll_prepare(cchan_coll_t *c, cchan_coll_op_t op, const void *send, v
     if (st == 0) st = coll_bytes(count, cchan_coll_dtype_size(dtype), mul, bytes, where);
     if (st || count == 0) return st;
     const size_t per = *bytes / (size_t)c->nranks;
+    st = op == CCHAN_COLL_ALLREDUCE   ? coll_ranges(send, *bytes, recv, *bytes, where)
+         : op == CCHAN_COLL_ALLGATHER ? coll_ranges(send, per, recv, *bytes, where)
+                                      : coll_ranges(send, *bytes, recv, per, where);
+    if (st) {
+        *bytes = 0;
+        return st;
+    }
     if (*algo == CCHAN_COLL_AUTO && c->plans) {
         /* in cchan_exec's terms: one rank's input, in elements */
         static const int coll_of[] = {0 /* allreduce */, 1 /* allgather */, 2 /* reducescatter */};

@@ -183,8 +183,10 @@ int cchan_coll_load_plans(cchan_coll_t *c, const char *dir) {
     static const char *where = "cchan_coll_load_plans";
     colli_clear_error();
     if (!c || !dir) return colli_error(-EINVAL, where, "coll and dir must not be NULL");
+    int st = cchan_comm_check(c->comm, where);
+    if (st) return st;
     int before = c->plans ? c->plans->n : 0;
-    int st = colli_plans_load(c->comm, &c->plans, dir, where);
+    st = colli_plans_load(c->comm, &c->plans, dir, where);
     if (st < 0) return st;
     /* buffers registered before these plans were loaded */
     for (coll_reg_t *g = c->regs; g; g = g->next)
@@ -252,6 +254,8 @@ static int plan_only(cchan_coll_t *c, int coll, int root, const void *send, void
     colli_clear_error();
     if (!c) return colli_error(-EINVAL, where, "coll is NULL");
     c->last_plan = NULL;
+    int st = cchan_comm_check(c->comm, where);
+    if (st) return st;
     if (!send || !recv) return colli_error(-EINVAL, where, "send and recv must not be NULL");
     size_t es = cchan_coll_dtype_size(dtype);
     if (!es) return colli_error(-EINVAL, where, "unknown dtype %d", (int)dtype);
@@ -259,7 +263,13 @@ static int plan_only(cchan_coll_t *c, int coll, int root, const void *send, void
     if (count > SIZE_MAX / es / mul)
         return colli_error(CCHAN_ERR_RANGE, where, "%zu elements of %zu bytes overflow", count, es);
     uint64_t in = (uint64_t)count * es * mul;
-    int st = colli_plan_try(c, coll, root, in, send, recv, count * mul, dtype, stream, where);
+    /* AllToAll's send and recv, and Broadcast's recv, hold `in` bytes; none may wrap */
+    if (in > UINTPTR_MAX - (uintptr_t)send || in > UINTPTR_MAX - (uintptr_t)recv)
+        return colli_error(CCHAN_ERR_RANGE, where,
+                           "%llu bytes at send %p or recv %p run past the end of the address "
+                           "space",
+                           (unsigned long long)in, send, recv);
+    st = colli_plan_try(c, coll, root, in, send, recv, count * mul, dtype, stream, where);
     if (st == CCHAN_ERR_UNSUPPORTED)
         return colli_error(st, where, "no loaded plan runs this call (%llu bytes%s)",
                            (unsigned long long)in, root >= 0 ? ", this root" : "");

@@ -455,7 +455,10 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
     static const char *where = "cchan_exec_create";
     execi_clear_error();
     uint32_t ninst = 0;
-    int st = create_validate(comm, plan, cfg, out, where, &ninst);
+    /* cchan's message goes into this library's own (cchan_exec_last_error) */
+    int st = comm ? cchan_comm_check(comm, "the communicator") : 0;
+    if (st) return execi_error(st, where, "%s", cchan_last_error());
+    st = create_validate(comm, plan, cfg, out, where, &ninst);
     if (st) return st;
     cchan_exec_t *e = exec_alloc(comm, plan, ninst);
     if (!e) return execi_error(-ENOMEM, where, "no memory");
@@ -502,6 +505,11 @@ int cchan_exec_register(cchan_exec_t *e, void *ptr, size_t bytes) {
     static const char *where = "cchan_exec_register";
     execi_clear_error();
     if (!e || !ptr || !bytes) return execi_error(-EINVAL, where, "exec, ptr and bytes must be set");
+    int st = cchan_comm_check(e->comm, "the communicator");
+    if (st) return execi_error(st, where, "%s", cchan_last_error());
+    if (bytes > UINTPTR_MAX - (uintptr_t)ptr)
+        return execi_error(CCHAN_ERR_RANGE, where,
+                           "%zu bytes at %p run past the end of the address space", bytes, ptr);
     exec_reg_t *g = (exec_reg_t *)calloc(1, sizeof *g);
     if (!g) return execi_error(-ENOMEM, where, "no memory");
     g->peers = (cchan_mem_t **)calloc((size_t)e->nranks, sizeof *g->peers);
@@ -509,7 +517,7 @@ int cchan_exec_register(cchan_exec_t *e, void *ptr, size_t bytes) {
         free(g);
         return execi_error(-ENOMEM, where, "no memory");
     }
-    int st = cchan_mem_register(e->comm, ptr, bytes, 0, &g->local);
+    st = cchan_mem_register(e->comm, ptr, bytes, 0, &g->local);
     if (st >= 0) st = cchan_mem_exchange(e->comm, g->local, g->peers);
     if (st < 0) {
         if (g->local) cchan_mem_destroy(g->local);
@@ -866,20 +874,38 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
     return 0;
 }
 
+/* The call's buffers must end inside the address space: the kernels compute their ends. */
+static int run_ranges(const void *send, uint64_t in_bytes, const void *recv, uint64_t out_bytes,
+                      const char *where) {
+    if (in_bytes > UINTPTR_MAX - (uintptr_t)send || out_bytes > UINTPTR_MAX - (uintptr_t)recv)
+        return execi_error(CCHAN_ERR_RANGE, where,
+                           "send %p (%llu bytes) or recv %p (%llu bytes) runs past the end of the "
+                           "address space",
+                           send, (unsigned long long)in_bytes, recv,
+                           (unsigned long long)out_bytes);
+    return 0;
+}
+
 int cchan_exec_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
                      cchan_exec_dtype_t dtype) {
     execi_clear_error();
     uint64_t ib = 0, ob = 0;
-    return run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, "cchan_exec_check");
+    int st = run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, "cchan_exec_check");
+    return st ? st : run_ranges(send, ib, recv, ob, "cchan_exec_check");
 }
 
 int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
                    cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream) {
     static const char *where = "cchan_exec_run";
     execi_clear_error();
+    if (e) {
+        int alive = cchan_comm_check(e->comm, "the communicator");
+        if (alive) return execi_error(alive, where, "%s", cchan_last_error());
+    }
     if (e && count == 0) return 0;
     uint64_t in_bytes = 0, out_bytes = 0;
     int cst = run_check(e, send, recv, count, dtype, op, &in_bytes, &out_bytes, where);
+    if (!cst) cst = run_ranges(send, in_bytes, recv, out_bytes, where);
     if (cst) return cst;
     const cchan_exec_plan_t *p = e->plan;
     uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];

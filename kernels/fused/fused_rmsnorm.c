@@ -88,6 +88,8 @@ int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t
             "cchan_fused_rmsnorm_create: need comm, out, max_tokens >= 1 "
             "and hidden a multiple of 8 up to 65536 (got %u tokens, hidden %u)",
             max_tokens, hidden);
+    int alive = cchan_comm_check(comm, "cchan_fused_rmsnorm_create");
+    if (alive) return alive;
     cchan_platform_t platform = cchan_comm_platform(comm);
     if (platform != CCHAN_PLATFORM_HOST && platform != CCHAN_PLATFORM_CUDA)
         return cchan_fused_error(CCHAN_ERR_UNSUPPORTED,
@@ -230,10 +232,11 @@ static int host_run(const cchan_fused_rmsnorm_args_t *a, uint32_t *state) {
     for (uint32_t b = 0; b < started; b++) {
         pthread_join(threads[b], NULL);
         if (blocks[b].status < 0 && st == 0)
-            st = cchan_fused_error(blocks[b].status,
-                                   "cchan_fused_rmsnorm_run: block %u: %s (a peer did not send its "
-                                   "rows in time)",
-                                   b, cchan_strerror(blocks[b].status));
+            st = cchan_fused_error(blocks[b].status, "cchan_fused_rmsnorm_run: block %u: %s%s", b,
+                                   cchan_strerror(blocks[b].status),
+                                   blocks[b].status == CCHAN_ERR_DEVICE_TIMEOUT
+                                       ? " (a peer did not send its rows in time)"
+                                       : "");
     }
     state[0]++;
     return st;
@@ -276,6 +279,8 @@ int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void 
         15u)
         return cchan_fused_error(-EINVAL,
                                  "cchan_fused_rmsnorm_run: buffers must be 16-byte aligned");
+    int alive = cchan_comm_check(f->comm, "cchan_fused_rmsnorm_run");
+    if (alive) return alive;
     if (proto == CCHAN_FUSED_AUTO) proto = cchan_fused_rmsnorm_select(f, tokens);
     cchan_fused_rmsnorm_args_t a;
     memset(&a, 0, sizeof a);
@@ -303,7 +308,13 @@ int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void 
     if (f->platform == CCHAN_PLATFORM_CUDA) return cchan_fused_gpu_launch(&a, stream);
 #endif
     (void)stream;
-    return host_run(&a, f->state);
+    int st = host_run(&a, f->state);
+    if (st == CCHAN_ERR_ABORTED || st == CCHAN_ERR_PEER_DEAD) {
+        /* the wait the abort ended, and why (a dead peer, cchan_comm_abort on some rank) */
+        int named = cchan_comm_check_device(f->comm);
+        if (named) return cchan_fused_error(st, "cchan_fused_rmsnorm_run: %s", cchan_last_error());
+    }
+    return st;
 }
 
 int cchan_fused_residual_rmsnorm(cchan_platform_t platform, const void *ar, const void *residual,

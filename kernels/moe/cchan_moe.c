@@ -72,6 +72,16 @@ static int moe_error(int status, const char *where, const char *fmt, ...) {
         if (!(cond)) return moe_error(-EINVAL, where, "invalid argument: %s", #cond);              \
     } while (0)
 
+/* Every call that works on the communicator starts here: after an abort none may succeed. */
+#define MOE_ALIVE(comm, where)                                                                     \
+    do {                                                                                           \
+        int alive_ = cchan_comm_check((comm), (where));                                            \
+        if (alive_) {                                                                              \
+            snprintf(moe_errmsg, sizeof moe_errmsg, "%s", cchan_last_error());                     \
+            return alive_;                                                                         \
+        }                                                                                          \
+    } while (0)
+
 /* ------------------------------------------------------------------ device memory */
 
 static int moe_dalloc(cchan_moe_group_t *g, size_t bytes, void **out, const char *what) {
@@ -558,6 +568,7 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     const char *w = "cchan_moe_group_create";
     moe_errmsg[0] = '\0';
     MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
+    MOE_ALIVE(comm, w);
     int st = moe_check_config(cfg, cchan_comm_size(comm));
     moe_shape_t mine;
     st = moe_agree(comm, cfg, st, &mine);
@@ -736,6 +747,7 @@ int cchan_moe_handle_create(cchan_moe_group_t *g, const int32_t *topk_idx, int n
     const char *w = "cchan_moe_handle_create";
     moe_errmsg[0] = '\0';
     MOE_ARG(g != NULL && out != NULL, w);
+    MOE_ALIVE(g->comm, w);
     if (num_tokens < 0 || num_tokens > g->dev.max_tokens)
         return moe_error(CCHAN_ERR_RANGE, w,
                          "%d tokens: the group holds at most %d per rank "
@@ -793,6 +805,7 @@ int cchan_moe_handle_destroy(cchan_moe_handle_t *h) {
 int cchan_moe_handle_num_recv_tokens(cchan_moe_handle_t *h, void *stream, int *out) {
     const char *w = "cchan_moe_handle_num_recv_tokens";
     MOE_ARG(h != NULL && out != NULL, w);
+    MOE_ALIVE(h->g->comm, w);
     if (h->g->dev.ht) {
         *out = h->ht_rows;
         return 0;
@@ -825,6 +838,7 @@ int cchan_moe_dispatch(cchan_moe_handle_t *h, const cchan_moe_dispatch_args_t *a
     const char *w = "cchan_moe_dispatch";
     moe_errmsg[0] = '\0';
     MOE_ARG(h != NULL && a != NULL, w);
+    MOE_ALIVE(h->g->comm, w);
     if (h->pending)
         return moe_error(-EINVAL, w,
                          "the handle's staged %s has not been completed "
@@ -881,6 +895,7 @@ int cchan_moe_combine(cchan_moe_handle_t *h, const void *expert_out, const float
     const char *w = "cchan_moe_combine";
     moe_errmsg[0] = '\0';
     MOE_ARG(h != NULL, w);
+    MOE_ALIVE(h->g->comm, w);
     if (h->pending)
         return moe_error(-EINVAL, w,
                          "the handle's staged %s has not been completed "
@@ -928,6 +943,7 @@ int cchan_moe_complete(cchan_moe_handle_t *h, void *stream) {
     const char *w = "cchan_moe_complete";
     moe_errmsg[0] = '\0';
     MOE_ARG(h != NULL, w);
+    MOE_ALIVE(h->g->comm, w);
     if (!h->pending) return moe_error(-EINVAL, w, "no staged (send_only) operation on this handle");
     int kind = h->pending;
     int st = moe_run(h->g, kind, &h->staged, stream);

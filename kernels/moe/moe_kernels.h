@@ -208,9 +208,9 @@ CCHAN_DEVICE_INLINE int moe_wait_fail(const moe_dev_t *d, const cchan_deadline_t
 CCHAN_DEVICE_INLINE int moe_wait(const moe_dev_t *d, const uint64_t *p, uint64_t target,
                                  uint32_t what, int peer, uint32_t index) {
     uint64_t v = cchan_load_acquire_sys_u64(p);
-    if (CCHAN_LIKELY(v >= target)) return CCHAN_OK;
     cchan_deadline_t dl;
     cchan_deadline_init(&dl);
+    if (CCHAN_LIKELY(v >= target)) goto done;
 #if !defined(CCHAN_BACKEND_HOST)
     if (d->ctl.timeout_ns == 0) { /* the bare poll; the abort word once every stride */
         uint32_t it = 0;
@@ -224,6 +224,12 @@ CCHAN_DEVICE_INLINE int moe_wait(const moe_dev_t *d, const uint64_t *p, uint64_t
     while ((v = cchan_load_acquire_sys_u64(p)) < target)
         if (CCHAN_UNLIKELY(cchan_deadline_spin(&dl, &d->ctl)))
             return moe_wait_fail(d, &dl, target, v, what, peer, index);
+done:
+#if defined(CCHAN_BACKEND_HOST)
+    /* as cchan_wait_done: a wait satisfied at once still ends on an abort (host backend only) */
+    if (CCHAN_UNLIKELY(cchan_wait_aborted(&d->ctl) != 0))
+        return moe_wait_fail(d, &dl, target, v, what, peer, index);
+#endif
     return CCHAN_OK;
 }
 

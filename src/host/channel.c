@@ -38,6 +38,7 @@ int cchan_memory_channel_init(cchan_comm_t *comm, cchan_sem_set_t *sems, int pee
                               const cchan_mem_t *recv, cchan_memory_channel_t *out) {
     CCHANI_CHECK_ARG(comm != NULL && sems != NULL && remote != NULL && local != NULL && out != NULL,
                      mc_where);
+    CCHANI_CHECK_ABORT(comm, mc_where);
     if (peer < 0 || peer >= comm->nranks)
         return cchani_error(-EINVAL, mc_where, "peer %d of a %d-rank communicator", peer,
                             comm->nranks);
@@ -65,6 +66,7 @@ int cchan_memory_channel_init(cchan_comm_t *comm, cchan_sem_set_t *sems, int pee
 int cchan_grid_barrier_create(cchan_comm_t *comm, uint32_t nblocks, cchan_grid_barrier_t *out) {
     const char *where = "cchan_grid_barrier_create";
     CCHANI_CHECK_ARG(comm != NULL && out != NULL && nblocks >= 1, where);
+    CCHANI_CHECK_ABORT(comm, where);
     void *count = NULL;
     int r = cchani_dev_alloc(comm, sizeof(uint64_t), &count);
     if (r) return cchani_error_wrap(r, where, "arrival counter");

@@ -269,6 +269,8 @@ int cchani_comm_agree(cchan_comm_t *comm, int status, const char *what) {
 
 int cchan_comm_agree(cchan_comm_t *comm, int status, const char *what, const char *reason) {
     CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_agree");
+    int a = cchani_comm_check_abort(comm, what ? what : "cchan_comm_agree");
+    if (a) return a;
     if (!what) what = "cchan_comm_agree";
     if (status > 0) status = -EINVAL;
     return agree(comm, status, reason, what);
@@ -344,15 +346,34 @@ int cchan_comm_abort(cchan_comm_t *comm) {
     return 0;
 }
 
+/* The abort's cause as this rank saw it, for every call that fails on it. */
+static int abort_error(cchan_comm_t *comm, int status, const char *where) {
+    char cause[48] = "";
+    int who = __atomic_load_n(&comm->diag_host->abort_rank, __ATOMIC_RELAXED);
+    if (status == CCHAN_ERR_PEER_DEAD && who >= 0 && who != comm->rank)
+        snprintf(cause, sizeof cause, "peer %d died: ", who);
+    pthread_mutex_lock(&comm->async_lock);
+    int r = cchani_error(status, where, "rank %d: the communicator was aborted: %s%s", comm->rank,
+                         cause, comm->async_why);
+    pthread_mutex_unlock(&comm->async_lock);
+    return r;
+}
+
+int cchani_comm_check_abort(cchan_comm_t *comm, const char *where) {
+    int s = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    return CCHAN_LIKELY(s == 0) ? 0 : abort_error(comm, s, where);
+}
+
+int cchan_comm_check(cchan_comm_t *comm, const char *where) {
+    if (!where) where = "cchan_comm_check";
+    if (!comm) return cchani_error(-EINVAL, where, "comm is NULL");
+    return cchani_comm_check_abort(comm, where);
+}
+
 int cchan_comm_get_async_error(cchan_comm_t *comm, int *status) {
     CCHANI_CHECK_ARG(comm != NULL && status != NULL, "cchan_comm_get_async_error");
     int s = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
-    if (s) {
-        pthread_mutex_lock(&comm->async_lock);
-        (void)cchani_error(s, "cchan_comm_get_async_error", "rank %d: %s", comm->rank,
-                           comm->async_why);
-        pthread_mutex_unlock(&comm->async_lock);
-    }
+    if (s) (void)abort_error(comm, s, "cchan_comm_get_async_error");
     *status = s;
     return 0;
 }
@@ -549,7 +570,10 @@ static int report_abort(cchan_comm_t *comm, const cchan_diag_t *g) {
 int cchan_comm_check_device(cchan_comm_t *comm) {
     CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_check_device");
     const cchan_diag_t *g = comm->diag_host;
-    if (cchan_load_acquire_sys_u32(&g->state) != CCHAN_DIAG_COMPLETE) return 0;
+    /* An abort that no wait saw (every wait of the last kernel was satisfied at once) still fails
+     * the check: the kernel's results may be a mix of before and after it. */
+    if (cchan_load_acquire_sys_u32(&g->state) != CCHAN_DIAG_COMPLETE)
+        return cchani_comm_check_abort(comm, "cchan_comm_check_device");
     if (g->aborted) return report_abort(comm, g);
     return report_wait(g);
 }

@@ -166,7 +166,12 @@ static int device_memory_fits(const cchan_comm_t *comm, size_t bytes, const char
 static int check_mapped(const void *ptr, size_t bytes, const char *where) {
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f) return 0; /* no procfs: nothing to check against */
-    uintptr_t want = (uintptr_t)ptr, end = want + bytes, covered = want;
+    uintptr_t want = (uintptr_t)ptr, end, covered = want;
+    if (__builtin_add_overflow(want, (uintptr_t)bytes, &end)) {
+        fclose(f);
+        return cchani_error(CCHAN_ERR_RANGE, where,
+                            "%zu bytes at %p run past the end of the address space", bytes, ptr);
+    }
     char line[512];
     const char *why = "not mapped";
     while (covered < end && fgets(line, sizeof line, f)) {
@@ -286,6 +291,7 @@ static int alloc_device(cchan_mem_t *m, size_t bytes) {
 int cchan_mem_alloc(cchan_comm_t *comm, size_t bytes, unsigned flags, cchan_mem_t **out) {
     const char *where = "cchan_mem_alloc";
     CCHANI_CHECK_ARG(comm != NULL && out != NULL, where);
+    CCHANI_CHECK_ABORT(comm, where);
     CCHANI_CHECK_ARG(bytes > 0 && bytes <= SIZE_MAX / 2, where);
     CCHANI_CHECK_ARG((flags & ~CCHAN_MEM_HOST) == 0, where);
     cchan_mem_t *m = mem_new(comm, comm->rank);
@@ -400,7 +406,13 @@ int cchan_mem_register(cchan_comm_t *comm, void *ptr, size_t bytes, unsigned fla
                        cchan_mem_t **out) {
     const char *where = "cchan_mem_register";
     CCHANI_CHECK_ARG(comm != NULL && ptr != NULL && out != NULL, where);
+    CCHANI_CHECK_ABORT(comm, where);
     CCHANI_CHECK_ARG(bytes > 0 && bytes <= SIZE_MAX / 2, where);
+    /* The end of the range must be an address: a range that wraps past 2^64 would pass the
+     * mapping check (its end below its start) and the proxy's first read would fault. */
+    if (bytes > UINTPTR_MAX - (uintptr_t)ptr)
+        return cchani_error(CCHAN_ERR_RANGE, where,
+                            "%zu bytes at %p run past the end of the address space", bytes, ptr);
     CCHANI_CHECK_ARG((flags & ~CCHAN_MEM_HOST) == 0, where);
     cchan_mem_t *m = mem_new(comm, comm->rank);
     if (!m) return cchani_error(-ENOMEM, where, "registration object");
@@ -704,6 +716,7 @@ static int fetch_fd(const cchani_mem_wire_t *w, int *fd) {
 
 int cchan_mem_import(cchan_comm_t *comm, const cchan_mem_desc_t *desc, cchan_mem_t **out) {
     CCHANI_CHECK_ARG(comm != NULL && desc != NULL && out != NULL, "cchan_mem_import");
+    CCHANI_CHECK_ABORT(comm, "cchan_mem_import");
     cchani_device_scope_t scope;
     int r = cchani_device_enter(comm, &scope);
     if (r) return r;

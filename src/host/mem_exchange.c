@@ -320,6 +320,7 @@ static int exchange_run(exchange_t *x, cchan_mem_t *const *peers) {
 
 int cchan_mem_exchange(cchan_comm_t *comm, cchan_mem_t *local, cchan_mem_t **peers) {
     CCHANI_CHECK_ARG(comm != NULL, where);
+    CCHANI_CHECK_ABORT(comm, where);
     exchange_t x;
     int r = exchange_alloc(&x, comm, local);
     if (!r) r = exchange_run(&x, peers);

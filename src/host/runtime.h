@@ -79,6 +79,16 @@ CCHANI_HIDDEN int cchani_comm_agree(cchan_comm_t *comm, int status, const char *
 CCHANI_HIDDEN int cchani_comm_verdict(cchan_comm_t *comm, int mine, const void *table,
                                       size_t stride, size_t status_offset, const char *where,
                                       const char *step);
+/* 0 while the communicator is healthy; once it was aborted (cchan_comm_abort on any rank, a dead
+ * peer, a lasting bootstrap failure), the abort's status with a message "<where>: rank R: <cause>".
+ * Every call that works on the communicator starts with it: a wait satisfied at once never reads
+ * the abort word, so without it calls would go on succeeding. */
+CCHANI_HIDDEN int cchani_comm_check_abort(cchan_comm_t *comm, const char *where);
+#define CCHANI_CHECK_ABORT(comm, where)                                                            \
+    do {                                                                                           \
+        int abort_status_ = cchani_comm_check_abort((comm), (where));                              \
+        if (abort_status_) return abort_status_;                                                   \
+    } while (0)
 /* 64 random bits (getrandom), for session ids and allocation keys. */
 CCHANI_HIDDEN uint64_t cchani_random_u64(void);
 /* First of n consecutive ids (a semaphore set numbers its semaphores with them). */

@@ -59,6 +59,7 @@ static int allocate_local(cchan_sem_set_t *set, unsigned flags) {
 int cchan_sem_set_create(cchan_comm_t *comm, int count, unsigned flags, cchan_sem_set_t **out) {
     const char *where = "cchan_sem_set_create";
     CCHANI_CHECK_ARG(comm != NULL, where);
+    CCHANI_CHECK_ABORT(comm, where);
     /* A bad argument on one rank fails every rank at once, naming it (cchani_comm_agree). */
     int r = 0;
     if (out == NULL)
@@ -121,6 +122,7 @@ int cchan_sem_set_get(cchan_sem_set_t *set, int peer, int index, cchan_semaphore
     int r = check_slot(set, peer, index, "cchan_sem_set_get");
     if (r) return r;
     CCHANI_CHECK_ARG(out != NULL, "cchan_sem_set_get");
+    CCHANI_CHECK_ABORT(set->comm, "cchan_sem_set_get");
     size_t mine = (size_t)peer * (size_t)set->count + (size_t)index;
     size_t theirs = (size_t)set->comm->rank * (size_t)set->count + (size_t)index;
     cchan_semaphore_t s;

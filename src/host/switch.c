@@ -383,6 +383,7 @@ int cchan_switch_channel_create(cchan_comm_t *comm, cchan_mem_t *buf, cchan_mem_
                                 unsigned flags, cchan_switch_channel_t *out,
                                 cchan_switch_t **owner) {
     CCHANI_CHECK_ARG(comm != NULL && buf != NULL && out != NULL && owner != NULL, where);
+    CCHANI_CHECK_ABORT(comm, where);
     if (!local) local = buf;
     /* The same on every rank, so every rank returns here without a collective step. */
     if (comm->nranks > CCHAN_SWITCH_MAX_MEMBERS)

@@ -72,6 +72,9 @@ struct ncclComm {
 
 /* Validates comm (NULL, foreign or destroyed handles are ncclInvalidArgument with a message). */
 SHIM_HIDDEN ncclResult_t shim_check_comm(ncclComm_t comm, const char *where);
+/* shim_check_comm, and the cchan side not aborted (cchan_comm_check): what every call that
+ * communicates starts with; the queries and the teardown calls take shim_check_comm alone. */
+SHIM_HIDDEN ncclResult_t shim_check_live(ncclComm_t comm, const char *where);
 /* The fallback's communicator of comm, or ncclInvalidUsage with a message saying why none. */
 SHIM_HIDDEN ncclResult_t shim_real_comm(ncclComm_t comm, const char *where, const shim_real_t **r,
                                         ncclComm_t *real);

@@ -200,7 +200,7 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
         SHIM_HAND_BACK(ncclReduceScatter, comm, (send, recv, count, dtype, redop, comm, stream));
         break;
     }
-    ncclResult_t res = shim_check_comm(comm, op_names[op]);
+    ncclResult_t res = shim_check_live(comm, op_names[op]);
     if (res != ncclSuccess) return res;
     char why[160] = "";
     cchan_coll_dtype_t cdt;
@@ -326,7 +326,7 @@ SHIM_DEFINE(ncclResult_t, ncclBroadcast,
              ncclComm_t comm, cudaStream_t stream)) {
     shim_clear_error();
     SHIM_HAND_BACK(ncclBroadcast, comm, (sendbuff, recvbuff, count, datatype, root, comm, stream));
-    ncclResult_t res = shim_check_comm(comm, "ncclBroadcast");
+    ncclResult_t res = shim_check_live(comm, "ncclBroadcast");
     if (res != ncclSuccess) return res;
     return plan_or_forward(OP_BROADCAST, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
@@ -335,7 +335,7 @@ SHIM_DEFINE(ncclResult_t, ncclAlltoAll,
              ncclComm_t comm, cudaStream_t stream)) {
     shim_clear_error();
     SHIM_HAND_BACK(ncclAlltoAll, comm, (sendbuff, recvbuff, count, datatype, comm, stream));
-    ncclResult_t res = shim_check_comm(comm, "ncclAlltoAll");
+    ncclResult_t res = shim_check_live(comm, "ncclAlltoAll");
     if (res != ncclSuccess) return res;
     return plan_or_forward(OP_ALLTOALL, sendbuff, recvbuff, count, datatype, 0, comm, stream);
 }

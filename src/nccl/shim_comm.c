@@ -36,6 +36,13 @@ ncclResult_t shim_check_comm(ncclComm_t comm, const char *where) {
     return ncclSuccess;
 }
 
+ncclResult_t shim_check_live(ncclComm_t comm, const char *where) {
+    ncclResult_t res = shim_check_comm(comm, where);
+    if (res != ncclSuccess || !comm->cc) return res;
+    int rc = cchan_comm_check(comm->cc, where);
+    return rc ? shim_fail_cchan(rc, where) : ncclSuccess;
+}
+
 /* A communicator of the fallback NCCL itself, not one of this library's. Such handles arrive when
  * the fallback was already loaded into the global scope before this shim loaded it (a framework
  * preloading its own copy), so that the fallback's internal calls to its exported functions bind
@@ -46,7 +53,7 @@ int shim_foreign_comm(ncclComm_t comm) {
 
 ncclResult_t shim_real_comm(ncclComm_t comm, const char *where, const shim_real_t **r,
                             ncclComm_t *real) {
-    ncclResult_t res = shim_check_comm(comm, where);
+    ncclResult_t res = shim_check_live(comm, where);
     if (res != ncclSuccess) return res;
     const shim_real_t *lib = shim_real();
     if (!lib || !comm->real)
@@ -549,7 +556,7 @@ static ncclResult_t window_outside_group(struct ncclComm *c, pending_kind_t kind
 SHIM_DEFINE(ncclResult_t, ncclCommWindowRegister,
             (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags)) {
     shim_clear_error();
-    ncclResult_t res = shim_check_comm(comm, "ncclCommWindowRegister");
+    ncclResult_t res = shim_check_live(comm, "ncclCommWindowRegister");
     if (res != ncclSuccess) return res;
     if (!win) return shim_fail(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
     const shim_real_t *r = shim_real();
@@ -720,7 +727,7 @@ static ncclResult_t wrap_child(ncclComm_t parent, ncclComm_t *newcomm, int color
 SHIM_DEFINE(ncclResult_t, ncclCommSplit,
             (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)) {
     shim_clear_error();
-    ncclResult_t res = shim_check_comm(comm, "ncclCommSplit");
+    ncclResult_t res = shim_check_live(comm, "ncclCommSplit");
     if (res != ncclSuccess) return res;
     if (!newcomm) return shim_fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
     return wrap_child(comm, newcomm, color, key, config, "ncclCommSplit");
