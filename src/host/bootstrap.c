@@ -119,24 +119,21 @@ static int parse_table(cchan_bootstrap_t *bs, const cchani_boot_msg_t *m) {
  * reaches it, introduce ourselves, and wait to be admitted with the peer table. */
 static int rank_init(cchan_bootstrap_t *bs, const cchani_boot_addr_t *root) {
     char where[CCHANI_BOOT_ADDR_STR_BYTES];
-    cchani_boot_auth_t auth;
-    int rc = cchani_boot_connect_auth(bs, root, 0, 1, "the root (rank 0)", cchani_boot_deadline(bs),
-                                      &auth);
-    if (rc) return rc;
-    int fd = auth.fd;
     cchani_boot_conn_t *c = malloc(sizeof *c);
-    if (!c) {
-        close(fd);
-        return cchani_error(-ENOMEM, "bootstrap", "no memory for a connection");
+    if (!c) return cchani_error(-ENOMEM, "bootstrap", "no memory for a connection");
+    int fd;
+    cchani_boot_key_t tx, rx;
+    int rc = cchani_boot_connect(bs, root, 0, 1, "the root (rank 0)", cchani_boot_deadline(bs), &fd,
+                                 &tx, &rx);
+    if (rc) {
+        free(c);
+        return rc;
     }
     cchani_boot_conn_add(bs, fd, 0, c);
+    c->rx = rx;
     bs->peers[0].in = c;
     bs->peers[0].send_fd = fd;
-    cchani_boot_addr_t local;
-    rc = cchani_sock_local_addr(fd, &local);
-    if (!rc) rc = cchani_sock_listen(&local, &bs->listen_fd, &bs->peers[bs->rank].rec.listen);
-    if (!rc) rc = cchani_boot_send_hello(bs, 0, &auth, cchani_boot_deadline(bs));
-    if (rc) return rc;
+    bs->peers[0].tx = tx;
     cchani_boot_msg_t *table;
     char what[96];
     snprintf(what, sizeof what, "admission by the root at %s", cchani_boot_addr_str(root, where));
@@ -201,7 +198,8 @@ static int bootstrap_alloc(int rank, int nranks, cchan_bootstrap_t **out) {
 }
 
 static int tcp_alloc(cchan_bootstrap_t *bs) {
-    bs->conns_cap = bs->nranks + CCHANI_BOOT_MAX_PENDING;
+    /* Identified (at most nranks - 1), pending, and one just accepted before one is shed. */
+    bs->conns_cap = bs->nranks + CCHANI_BOOT_MAX_PENDING + 1;
     bs->peers = calloc((size_t)bs->nranks, sizeof *bs->peers);
     bs->conns = calloc((size_t)bs->conns_cap, sizeof *bs->conns);
     bs->polled = calloc((size_t)bs->conns_cap, sizeof *bs->polled);
@@ -313,6 +311,13 @@ int cchan_bootstrap_create_from_env(cchan_bootstrap_t **out) {
     bid.session = env.session;
     CCHANI_INFO(CCHANI_SUB_BOOTSTRAP, "rank %d of %d from %s, root %s:%u", env.rank, env.nranks,
                 env.launcher, env.root_host, env.root_port);
+    if (env.public_key)
+        CCHANI_WARN(CCHANI_SUB_BOOTSTRAP,
+                    "rank %d: the bootstrap key derives only from public facts (the root address, "
+                    "the world size and %s's job variables): whoever can reach the root port can "
+                    "compute it and join the job as a rank. Set CCHAN_BOOTSTRAP_SECRET to the same "
+                    "random value on every rank (cchan-run does; see docs/security.md)",
+                    env.rank, env.launcher);
     cchan_bootstrap_t *bs = NULL;
     rc = create_tcp(&bid, env.rank, env.nranks, where, &bs);
     if (rc) return rc;
@@ -543,8 +548,7 @@ static int send_to_self(cchan_bootstrap_t *bs, int tag, const void *buf, size_t 
     return 0;
 }
 
-static int bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf,
-                          size_t bytes) {
+static int bootstrap_send(cchan_bootstrap_t *bs, int peer, int tag, const void *buf, size_t bytes) {
     static const char *where = "cchan_bootstrap_send";
     int rc = check_p2p(bs, peer, buf, bytes, where);
     if (rc) return rc;
@@ -651,11 +655,11 @@ static void free_queue(cchani_boot_peer_t *p) {
 static void say_bye(cchan_bootstrap_t *bs) {
     if (bs->custom_fn || !bs->peers || bs->failed) return;
     uint8_t hdr[CCHANI_BOOT_HDR_BYTES];
-    cchani_boot_hdr_t h = {CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_BYE, 0,
-                           bs->rank,          bs->expect.session, 0};
-    cchani_boot_hdr_encode(&h, hdr);
     for (int r = 0; r < bs->nranks; r++) {
         if (r == bs->rank || bs->peers[r].send_fd < 0) continue;
+        cchani_boot_hdr_t h = {
+            CCHANI_BOOT_MAGIC, bs->expect.version, CCHANI_BOOT_BYE, 0, bs->rank, 0, 0};
+        cchani_boot_seal(&bs->peers[r].tx, &h, hdr, NULL);
         struct iovec iov = {hdr, sizeof hdr};
         (void)cchani_sock_writev(bs->peers[r].send_fd, &iov, 1);
     }

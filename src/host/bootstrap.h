@@ -16,8 +16,17 @@
 
 #define CCHANI_BOOT_DEFAULT_TIMEOUT_MS 30000u
 #define CCHANI_BOOT_HOST_BYTES 256u
-#define CCHANI_BOOT_MAX_PENDING                                                                    \
-    64 /* connections that have not introduced themselves, held at once */
+/* Connections that have not completed their handshake, held at once. Past it the listener sheds
+ * one: from the source address holding the most, the one that has sent least (nothing, then a
+ * partial header, then an AUTH awaiting its HELLO), the oldest of those. */
+#define CCHANI_BOOT_MAX_PENDING 64
+/* Connections accepted per pass of the progress loop: the ranks' own traffic is served between
+ * batches however fast strangers connect. */
+#define CCHANI_BOOT_ACCEPT_BATCH 128
+/* Connector's backoff after a BUSY or a connection closed during the handshake (doubling, with
+ * jitter), until its deadline. */
+#define CCHANI_BOOT_RETRY_MIN_MS 5u
+#define CCHANI_BOOT_RETRY_MAX_MS 250u
 /* A connection that has not completed its handshake within this long (or the bootstrap timeout,
  * when shorter) is closed: a rank completes it within a round trip of connecting. */
 #define CCHANI_BOOT_PENDING_IDLE_MS 10000u
@@ -37,6 +46,7 @@ typedef struct cchani_boot_env {
     char root_host[CCHANI_BOOT_HOST_BYTES]; /* numeric address or host name */
     uint16_t root_port;
     uint64_t session; /* the same on every rank of the job: hashed from shared variables */
+    int public_key;   /* no CCHAN_BOOTSTRAP_SECRET: anyone who knows the job can compute the key */
 } cchani_boot_env_t;
 
 /* Reads rank, size, local rank/size and the root address from the first launcher whose variables
@@ -64,14 +74,16 @@ typedef struct cchani_boot_msg {
 typedef struct cchani_boot_conn {
     int fd;
     uint64_t accepted_ns;
-    int peer; /* -1 until its HELLO proves the session key and names the sender */
-    int dead; /* no longer read: the peer closed it or broke the protocol */
+    uint64_t source; /* hash of the remote address (not the port): the per-source share */
+    int peer;        /* -1 until its HELLO proves the session key and names the sender */
+    int dead;        /* no longer read: the peer closed it or broke the protocol */
     /* Handshake (listener side, see bootstrap_wire.h): 0 until the connector's AUTH, 1 until its
      * HELLO; proven once its proof checked out (then rejections may carry the session key). */
     int stage;
     int proven;
     int32_t claimed; /* the rank its AUTH claimed */
     uint64_t nonce_c, nonce_s;
+    cchani_boot_key_t rx; /* what arrives once proven carries a MAC under it */
     size_t hdr_got;
     uint8_t hdr_buf[CCHANI_BOOT_HDR_BYTES];
     cchani_boot_hdr_t hdr;
@@ -84,6 +96,7 @@ typedef struct cchani_boot_peer {
     /* Where we send to this peer: for pairs with the root, the init connection (shared with in);
      * for other pairs, a connection we opened on our first send. */
     int send_fd;
+    cchani_boot_key_t tx;           /* what we send on send_fd carries a MAC under it */
     cchani_boot_conn_t *in;         /* where this peer's messages arrive */
     cchani_boot_msg_t *head, *tail; /* arrived, not yet consumed */
     uint64_t queued;                /* payload bytes in that queue */
@@ -113,9 +126,9 @@ struct cchan_bootstrap {
     cchani_boot_conn_t **polled;
     uint8_t *arrived; /* root: which contributions of the current allgather are in */
     uint32_t coll_seq;
-    uint64_t queue_limit;    /* CCHANI_BOOT_MAX_QUEUED (tests lower it) */
+    uint64_t queue_limit; /* CCHANI_BOOT_MAX_QUEUED (tests lower it) */
     uint64_t pending_idle_ns;
-    int failed; /* sticky: this bootstrap is broken, every later call fails with it */
+    int failed;      /* sticky: this bootstrap is broken, every later call fails with it */
     int failed_rank; /* the rank that died or aborted and so caused `failed`, -1 if none/unknown */
     int relayed;     /* root: `failed` was sent to every rank */
     char failed_why[CCHANI_BOOT_MAX_ERROR_TEXT];
@@ -131,6 +144,8 @@ struct cchan_bootstrap {
     char init_why[CCHANI_BOOT_MAX_ERROR_TEXT];
     unsigned rejected;
     char rejected_why[256];
+    uint64_t dropped; /* unidentified connections that ended before their AUTH: not counted above */
+    uint64_t shed;    /* unidentified connections closed to make room (the AUTH'd ones got BUSY) */
 };
 
 static inline uint64_t cchani_boot_deadline(const cchan_bootstrap_t *bs) {
@@ -156,22 +171,16 @@ CCHANI_HIDDEN int cchani_boot_wait_msg(cchan_bootstrap_t *bs, int peer, uint16_t
 CCHANI_HIDDEN int cchani_boot_write_msg(cchan_bootstrap_t *bs, int peer, int fd, uint16_t type,
                                         int32_t tag, const void *payload, uint64_t len,
                                         uint64_t deadline_ns);
-/* Connector side of the handshake (bootstrap_wire.h). cchani_boot_connect_auth() connects to
- * addr (retrying refusals while retry is set: the listener may not be up yet), sends AUTH and reads
- * the listener's answer; cchani_boot_send_hello() then sends the HELLO with our proof and record,
- * and fails unless the listener proved the key and speaks our version. */
-typedef struct cchani_boot_auth {
-    int fd;
-    uint64_t nonce_c, nonce_s;
-    int proven;        /* the listener's proof checked out */
-    uint16_t version;  /* the listener's wire version */
-    char where[CCHANI_BOOT_ADDR_STR_BYTES];
-} cchani_boot_auth_t;
-CCHANI_HIDDEN int cchani_boot_connect_auth(cchan_bootstrap_t *bs, const cchani_boot_addr_t *addr,
-                                           int peer, int retry, const char *what,
-                                           uint64_t deadline_ns, cchani_boot_auth_t *out);
-CCHANI_HIDDEN int cchani_boot_send_hello(cchan_bootstrap_t *bs, int peer,
-                                         const cchani_boot_auth_t *auth, uint64_t deadline_ns);
+/* Connector side of the handshake (bootstrap_wire.h): connects to addr (retrying refusals while
+ * retry_refused is set: the listener may not be up yet), proves the key both ways, sends our HELLO
+ * and waits for the WELCOME. A listener that sheds the connection (BUSY, or closing it before it
+ * answered) is tried again with backoff until deadline_ns. A rank that does not listen yet opens
+ * its listener on the interface of its first connection to the root, before the HELLO that
+ * carries the address. On success *fd is the connection, *tx and *rx its keys. */
+CCHANI_HIDDEN int cchani_boot_connect(cchan_bootstrap_t *bs, const cchani_boot_addr_t *addr,
+                                      int peer, int retry_refused, const char *what,
+                                      uint64_t deadline_ns, int *fd, cchani_boot_key_t *tx,
+                                      cchani_boot_key_t *rx);
 /* The connection to send to peer; opened and introduced on first use between non-root ranks. */
 CCHANI_HIDDEN int cchani_boot_send_fd(cchan_bootstrap_t *bs, int peer, uint64_t deadline_ns,
                                       int *fd);

@@ -127,8 +127,9 @@ static int parse_master_vars(const launcher_vars_t *l, cchani_boot_env_t *e) {
 }
 
 /* FNV-1a: cheap and deterministic. The variables it hashes are known to anyone who can list the
- * job's processes, so on its own the key guards against mix-ups between runs, not against
- * attackers: CCHAN_BOOTSTRAP_SECRET adds a secret (docs/security.md). */
+ * job's processes (and a proof seen on the wire tells a guess right), so on its own the key guards
+ * against mix-ups between runs, not against attackers: CCHAN_BOOTSTRAP_SECRET adds a secret
+ * (docs/security.md), and without one the bootstrap warns at init. */
 static uint64_t fnv1a(uint64_t h, const char *s) {
     for (; *s; s++) {
         h ^= (uint8_t)*s;
@@ -137,7 +138,7 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
     return h;
 }
 
-static uint64_t session_key(const cchani_boot_env_t *e) {
+static uint64_t session_key(cchani_boot_env_t *e) {
     char root[CCHANI_BOOT_HOST_BYTES + 32];
     snprintf(root, sizeof root, "%s:%u/%d", e->root_host, e->root_port, e->nranks);
     uint64_t h = fnv1a(0xcbf29ce484222325ull, root);
@@ -147,6 +148,7 @@ static uint64_t session_key(const cchani_boot_env_t *e) {
     }
     const char *secret = cchani_env_str("CCHAN_BOOTSTRAP_SECRET");
     if (secret) h = cchani_siphash(h, ~h, secret, strlen(secret));
+    e->public_key = !secret;
     return h;
 }
 

@@ -180,8 +180,27 @@ int cchani_sock_connect(const cchani_boot_addr_t *addr, uint64_t deadline_ns, in
     }
 }
 
-int cchani_sock_accept(int listen_fd, int *fd) {
-    int s = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+/* FNV-1a of the address bytes, not the port: every connection of one host counts as one source. */
+static uint64_t source_of(const struct sockaddr_storage *sa) {
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    if (sa->ss_family == AF_INET) {
+        p = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+        n = 4;
+    } else if (sa->ss_family == AF_INET6) {
+        p = (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        n = 16;
+    }
+    uint64_t h = 0xcbf29ce484222325ull ^ sa->ss_family;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int cchani_sock_accept_from(int listen_fd, int *fd, uint64_t *source) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    memset(&sa, 0, sizeof sa);
+    int s = accept4(listen_fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (s < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
             return -EAGAIN;
@@ -190,7 +209,12 @@ int cchani_sock_accept(int listen_fd, int *fd) {
     int one = 1;
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     *fd = s;
+    if (source) *source = source_of(&sa);
     return 0;
+}
+
+int cchani_sock_accept(int listen_fd, int *fd) {
+    return cchani_sock_accept_from(listen_fd, fd, NULL);
 }
 
 int cchani_sock_local_addr(int fd, cchani_boot_addr_t *out) {

@@ -29,6 +29,8 @@ CCHANI_HIDDEN int cchani_sock_connect(const cchani_boot_addr_t *addr, uint64_t d
                                       int retry, const char *what, int *fd);
 /* Accepts one pending connection: 0 and *fd, -EAGAIN when none is pending, or an error. */
 CCHANI_HIDDEN int cchani_sock_accept(int listen_fd, int *fd);
+/* The same, with a hash of the remote address (without the port) in *source. */
+CCHANI_HIDDEN int cchani_sock_accept_from(int listen_fd, int *fd, uint64_t *source);
 /* The local address of a connected socket, port set to 0: the interface that reaches the peer. */
 CCHANI_HIDDEN int cchani_sock_local_addr(int fd, cchani_boot_addr_t *out);
 

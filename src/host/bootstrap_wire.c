@@ -60,6 +60,8 @@ static const char *type_name(uint16_t type) {
     case CCHANI_BOOT_ERROR: return "ERROR";
     case CCHANI_BOOT_AUTH: return "AUTH";
     case CCHANI_BOOT_BYE: return "BYE";
+    case CCHANI_BOOT_WELCOME: return "WELCOME";
+    case CCHANI_BOOT_BUSY: return "BUSY";
     default: return NULL;
     }
 }
@@ -74,13 +76,14 @@ static uint64_t max_payload(uint16_t type, const cchani_boot_expect_t *ex) {
         return ex->coll_len != UINT64_MAX ? ex->coll_len : CCHANI_BOOT_MAX_PAYLOAD;
     case CCHANI_BOOT_ERROR: return 4 + CCHANI_BOOT_MAX_ERROR_TEXT;
     case CCHANI_BOOT_AUTH: return CCHANI_BOOT_PROOF_BYTES;
+    case CCHANI_BOOT_BUSY: return CCHANI_BOOT_MAX_ERROR_TEXT;
     default: return 0;
     }
 }
 
 /* Types whose payload length is fixed: anything else is malformed, not merely oversized. */
 static int exact_length(uint16_t type, const cchani_boot_expect_t *ex) {
-    return type == CCHANI_BOOT_HELLO || type == CCHANI_BOOT_TABLE ||
+    return type == CCHANI_BOOT_HELLO || type == CCHANI_BOOT_TABLE || type == CCHANI_BOOT_WELCOME ||
            (type == CCHANI_BOOT_COLL && ex->coll_len != UINT64_MAX);
 }
 
@@ -143,7 +146,8 @@ int cchani_boot_hdr_decode_open(const uint8_t *buf, size_t len, const cchani_boo
     int rc = check_magic(len, &h);
     if (!rc) rc = check_type_and_src(&h, ex);
     if (rc) return rc;
-    if (h.type != CCHANI_BOOT_AUTH && h.type != CCHANI_BOOT_HELLO && h.type != CCHANI_BOOT_ERROR)
+    if (h.type != CCHANI_BOOT_AUTH && h.type != CCHANI_BOOT_HELLO && h.type != CCHANI_BOOT_ERROR &&
+        h.type != CCHANI_BOOT_WELCOME && h.type != CCHANI_BOOT_BUSY)
         return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
                             "a connection sent a %s message before proving the session key",
                             type_name(h.type));
@@ -167,10 +171,6 @@ int cchani_boot_hdr_decode(const uint8_t *buf, size_t len, const cchani_boot_exp
     cchani_boot_hdr_t h = len >= CCHANI_BOOT_HDR_BYTES ? hdr_fields(buf) : (cchani_boot_hdr_t){0};
     int rc = check_magic(len, &h);
     if (rc) return rc;
-    if (h.session != ex->session)
-        return cchani_error(CCHAN_ERR_PROTOCOL, "bootstrap",
-                            "session key mismatch: message from another bootstrap session "
-                            "(a stale process or a different unique id)");
     if (h.version != ex->version)
         return cchani_error(
             CCHAN_ERR_VERSION, "bootstrap",
@@ -205,30 +205,58 @@ int cchani_boot_hdr_decode(const uint8_t *buf, size_t len, const cchani_boot_exp
         v2 = SIP_ROTL(v2, 32);                                                                     \
     } while (0)
 
-uint64_t cchani_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len) {
+void cchani_sip_init(cchani_sip_t *s, uint64_t k0, uint64_t k1) {
+    s->v[0] = 0x736f6d6570736575ull ^ k0;
+    s->v[1] = 0x646f72616e646f6dull ^ k1;
+    s->v[2] = 0x6c7967656e657261ull ^ k0;
+    s->v[3] = 0x7465646279746573ull ^ k1;
+    s->tail = 0;
+    s->len = 0;
+}
+
+static void sip_block(cchani_sip_t *s, uint64_t m) {
+    uint64_t v0 = s->v[0], v1 = s->v[1], v2 = s->v[2], v3 = s->v[3];
+    v3 ^= m;
+    SIP_ROUND;
+    SIP_ROUND;
+    v0 ^= m;
+    s->v[0] = v0;
+    s->v[1] = v1;
+    s->v[2] = v2;
+    s->v[3] = v3;
+}
+
+void cchani_sip_update(cchani_sip_t *s, const void *data, size_t len) {
     const uint8_t *in = (const uint8_t *)data;
-    uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
-    uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
-    size_t whole = len & ~(size_t)7;
-    for (size_t i = 0; i < whole; i += 8) {
-        uint64_t m = cchani_get_le64(in + i);
-        v3 ^= m;
-        SIP_ROUND;
-        SIP_ROUND;
-        v0 ^= m;
+    size_t i = 0;
+    /* Bytes left over from the previous update complete a block first. */
+    while ((s->len & 7) && i < len) {
+        s->tail |= (uint64_t)in[i++] << (8 * (s->len & 7));
+        if ((++s->len & 7) == 0) {
+            sip_block(s, s->tail);
+            s->tail = 0;
+        }
     }
-    uint64_t b = (uint64_t)len << 56;
-    for (size_t i = 0; i < (len & 7); i++) b |= (uint64_t)in[whole + i] << (8 * i);
-    v3 ^= b;
-    SIP_ROUND;
-    SIP_ROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
+    for (; i + 8 <= len; i += 8, s->len += 8) sip_block(s, cchani_get_le64(in + i));
+    for (; i < len; i++, s->len++) s->tail |= (uint64_t)in[i] << (8 * (s->len & 7));
+}
+
+uint64_t cchani_sip_final(cchani_sip_t *s) {
+    uint64_t b = s->tail | (uint64_t)s->len << 56;
+    sip_block(s, b);
+    uint64_t v0 = s->v[0], v1 = s->v[1], v2 = s->v[2] ^ 0xff, v3 = s->v[3];
     SIP_ROUND;
     SIP_ROUND;
     SIP_ROUND;
     SIP_ROUND;
     return v0 ^ v1 ^ v2 ^ v3;
+}
+
+uint64_t cchani_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len) {
+    cchani_sip_t s;
+    cchani_sip_init(&s, k0, k1);
+    cchani_sip_update(&s, data, len);
+    return cchani_sip_final(&s);
 }
 
 uint64_t cchani_boot_proof(uint64_t session, char role, uint64_t nonce_c, uint64_t nonce_s,
@@ -242,12 +270,66 @@ uint64_t cchani_boot_proof(uint64_t session, char role, uint64_t nonce_c, uint64
     return cchani_siphash(session, session ^ 0x9e3779b97f4a7c15ull, msg, sizeof msg);
 }
 
+void cchani_boot_conn_key(uint64_t session, char dir, uint64_t nonce_c, uint64_t nonce_s,
+                          int32_t connector, int32_t listener, cchani_boot_key_t *out) {
+    uint8_t msg[8 + 8 + 8 + 4 + 4 + 1] = {(uint8_t)dir, 'c', 'c', 'f', 'r', 'a', 'm', 'e'};
+    cchani_put_le64(msg + 8, nonce_c);
+    cchani_put_le64(msg + 16, nonce_s);
+    cchani_put_le32(msg + 24, (uint32_t)connector);
+    cchani_put_le32(msg + 28, (uint32_t)listener);
+    uint64_t k1 = session ^ 0x9e3779b97f4a7c15ull;
+    msg[32] = 0;
+    out->k0 = cchani_siphash(session, k1, msg, sizeof msg);
+    msg[32] = 1;
+    out->k1 = cchani_siphash(session, k1, msg, sizeof msg);
+    out->seq = 0;
+}
+
+uint64_t cchani_boot_frame_mac(const cchani_boot_key_t *key,
+                               const uint8_t hdr[CCHANI_BOOT_HDR_BYTES], const void *payload,
+                               uint64_t len) {
+    uint8_t pre[8 + CCHANI_BOOT_HDR_BYTES];
+    cchani_put_le64(pre, key->seq);
+    memcpy(pre + 8, hdr, CCHANI_BOOT_HDR_BYTES);
+    memset(pre + 8 + CCHANI_BOOT_HDR_MAC_OFFSET, 0, 8); /* the MAC's own field */
+    cchani_sip_t s;
+    cchani_sip_init(&s, key->k0, key->k1);
+    cchani_sip_update(&s, pre, sizeof pre);
+    if (len) cchani_sip_update(&s, payload, (size_t)len);
+    return cchani_sip_final(&s);
+}
+
+void cchani_boot_seal(cchani_boot_key_t *key, cchani_boot_hdr_t *h,
+                      uint8_t out[CCHANI_BOOT_HDR_BYTES], const void *payload) {
+    h->session = 0;
+    cchani_boot_hdr_encode(h, out);
+    h->session = cchani_boot_frame_mac(key, out, payload, h->len);
+    cchani_put_le64(out + CCHANI_BOOT_HDR_MAC_OFFSET, h->session);
+    key->seq++;
+}
+
+int cchani_boot_verify(cchani_boot_key_t *key, const uint8_t hdr[CCHANI_BOOT_HDR_BYTES],
+                       const void *payload, uint64_t len) {
+    uint64_t want = cchani_boot_frame_mac(key, hdr, payload, len);
+    if (want != cchani_get_le64(hdr + CCHANI_BOOT_HDR_MAC_OFFSET)) {
+        const char *type = type_name(get_le16(hdr + 6));
+        return cchani_error(
+            CCHAN_ERR_PROTOCOL, "bootstrap",
+            "%s message #%llu from rank %d failed its authentication (MAC): altered "
+            "in transit, replayed, or not sent by that rank",
+            type ? type : "a", (unsigned long long)key->seq, (int32_t)cchani_get_le32(hdr + 12));
+    }
+    key->seq++;
+    return 0;
+}
+
 void cchani_boot_sanitize(char *out, size_t n, const uint8_t *text, size_t len) {
     if (n == 0) return;
     size_t keep = len < n - 1 ? len : n - 1;
     if (keep > CCHANI_BOOT_MAX_RELAYED_TEXT) keep = CCHANI_BOOT_MAX_RELAYED_TEXT;
     size_t i = 0;
-    for (; i < keep && text[i]; i++) out[i] = text[i] >= 0x20 && text[i] < 0x7f ? (char)text[i] : '?';
+    for (; i < keep && text[i]; i++)
+        out[i] = text[i] >= 0x20 && text[i] < 0x7f ? (char)text[i] : '?';
     out[i] = '\0';
 }
 

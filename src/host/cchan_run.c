@@ -3,7 +3,9 @@
  *   cchan-run -n N [--timeout SEC] [--grace SEC] [--] command [args...]
  *
  * Each rank gets CCHAN_RANK, CCHAN_WORLD_SIZE, CCHAN_LOCAL_RANK, CCHAN_LOCAL_SIZE,
- * CCHAN_BOOTSTRAP_ROOT=127.0.0.1:<free port> and a fresh CCHAN_BOOTSTRAP_SESSION. Standard streams
+ * CCHAN_BOOTSTRAP_ROOT=127.0.0.1:<free port>, a fresh CCHAN_BOOTSTRAP_SESSION and, unless one is
+ * set already, a random 128-bit CCHAN_BOOTSTRAP_SECRET (the ranks' key then owes nothing to
+ * public facts: docs/security.md). Standard streams
  * pass through untouched. Exit status: the first failing rank's (128 + signal for a rank killed by
  * a signal), 77 when every rank skipped, 124 when --timeout expired, else 0.
  *
@@ -151,17 +153,21 @@ static void exec_rank(const launch_t *l, int rank, pid_t launcher, const sigset_
 
 static int shared_env(int nranks) {
     int port = free_port();
-    uint64_t session;
+    uint64_t rnd[3];
     if (port < 0) return -1;
-    if (getrandom(&session, sizeof session, 0) != (ssize_t)sizeof session) {
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         perror("cchan-run: getrandom");
         return -1;
     }
     char buf[64];
     snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
     setenv("CCHAN_BOOTSTRAP_ROOT", buf, 1);
-    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)session);
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)rnd[0]);
     setenv("CCHAN_BOOTSTRAP_SESSION", buf, 1);
+    /* A secret of the caller's (one job across several cchan-run) is kept. */
+    snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)rnd[1],
+             (unsigned long long)rnd[2]);
+    setenv("CCHAN_BOOTSTRAP_SECRET", buf, 0);
     set_env_int("CCHAN_WORLD_SIZE", nranks);
     set_env_int("CCHAN_LOCAL_SIZE", nranks);
     return 0;

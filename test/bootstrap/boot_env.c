@@ -3,8 +3,13 @@
  * removes cchan-run's, and bootstraps from what is left.
  *
  *   boot_env torchrun|ompi|mpich|slurm
+ *
+ * torchrun and Slurm run here without CCHAN_BOOTSTRAP_SECRET, so their key derives from public
+ * facts only: each rank must say so once, in a WARN line. Open MPI and MPICH keep the secret
+ * cchan-run gave them and must not warn.
  */
 #include <stdint.h>
+#include <unistd.h>
 
 #include "boot_test.h"
 
@@ -77,12 +82,33 @@ static void translate(const char *flavour, const job_t *j, int *local_rank, int 
     }
 }
 
+/* Lines of the log file that warn of a key made of public facts. */
+static int public_key_warnings(const char *path) {
+    FILE *f = fopen(path, "r");
+    BOOT_CHECK(f != NULL);
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "derives only from public facts") &&
+             strstr(line, "CCHAN_BOOTSTRAP_SECRET");
+    fclose(f);
+    return n;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) usage();
     job_t j = take_cchan_run_env();
     boot_test_rank = j.rank;
     int local_rank, local_size;
     translate(argv[1], &j, &local_rank, &local_size);
+    int public_key = !strcmp(argv[1], "torchrun") || !strcmp(argv[1], "slurm");
+    BOOT_CHECK(getenv("CCHAN_BOOTSTRAP_SECRET") != NULL); /* cchan-run supplies one */
+    if (public_key) unsetenv("CCHAN_BOOTSTRAP_SECRET");
+    char log[128];
+    snprintf(log, sizeof log, "/tmp/cchan_boot_env.%d.log", (int)getpid());
+    setenv("CCHAN_DEBUG", "WARN", 1);
+    setenv("CCHAN_DEBUG_SUBSYS", "bootstrap", 1);
+    setenv("CCHAN_DEBUG_FILE", log, 1);
 
     cchan_bootstrap_t *bs;
     BOOT_OK(cchan_bootstrap_create_from_env(&bs));
@@ -102,5 +128,12 @@ int main(int argc, char **argv) {
     BOOT_OK(cchan_bootstrap_barrier(bs));
     BOOT_OK(cchan_bootstrap_destroy(bs));
     free(ranks);
+    int warned = public_key_warnings(log);
+    unlink(log);
+    if (warned != public_key) {
+        fprintf(stderr, "rank %d: %s: %d warning(s) of a public key, expected %d\n", j.rank,
+                argv[1], warned, public_key);
+        return 1;
+    }
     return 0;
 }

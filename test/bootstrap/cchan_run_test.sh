@@ -39,6 +39,15 @@ sort "$TMP/out" | awk '{print $1}' | tr '\n' ' ' | grep -qx '0/3/0/3 1/3/1/3 2/3
 [ "$(awk '{print $2, $3}' "$TMP/out" | sort -u | wc -l)" = 1 ] || fail "environment: roots differ"
 grep -q '^0/3/0/3 127\.0\.0\.1:[0-9][0-9]* [0-9a-f]\{16\}$' "$TMP/out" || fail "environment: bad root or session"
 
+# Every rank gets the same random 128-bit secret, a new one each run; a secret of the caller's stays.
+"$RUN" -n 3 -- sh -c 'echo "$CCHAN_BOOTSTRAP_SECRET"' >"$TMP/secret1" 2>&1
+"$RUN" -n 1 -- sh -c 'echo "$CCHAN_BOOTSTRAP_SECRET"' >"$TMP/secret2" 2>&1
+[ "$(sort -u "$TMP/secret1" | wc -l)" = 1 ] || fail "secret: ranks differ: $(cat "$TMP/secret1")"
+grep -qx '[0-9a-f]\{32\}' "$TMP/secret1" || fail "secret: not 128 random bits: $(cat "$TMP/secret1")"
+[ "$(sort -u "$TMP/secret1")" != "$(cat "$TMP/secret2")" ] || fail "secret: the same in two runs"
+CCHAN_BOOTSTRAP_SECRET=mine "$RUN" -n 2 -- sh -c 'echo "$CCHAN_BOOTSTRAP_SECRET"' >"$TMP/secret3" 2>&1
+[ "$(sort -u "$TMP/secret3")" = mine ] || fail "secret: the caller's was replaced: $(cat "$TMP/secret3")"
+
 expect_status "all succeed" 0 5 -n 4 true
 expect_status "first failure wins" 3 5 -n 4 -- sh -c '[ "$CCHAN_RANK" = 2 ] && exit 3; [ "$CCHAN_RANK" = 3 ] && { sleep 0.5; exit 4; }; exit 0'
 expect_status "all skipped" 77 5 -n 3 sh -c 'exit 77'
