@@ -23,7 +23,9 @@
  *                                 Fails (like a timeout: recorded in the communicator's diag
  *                                 record, a trap on a GPU) with the cause, e.g. CCHAN_ERR_RANGE,
  *                                 when the proxy dropped a request of this channel since the
- *                                 previous flush; cchan_proxy_get_error() has the proxy's message.
+ *                                 previous flush, or when the channel's transport failed (then
+ *                                 wait() fails with the cause too, deadline or not);
+ *                                 cchan_proxy_get_error() has the proxy's message.
  *   put_signal, put_signal_flush  fused forms, one trigger each.
  *
  * Threads: for one channel, one thread at a time calls put/signal/flush (they keep order); another
@@ -56,9 +58,10 @@ typedef struct cchan_port_channel {
 } cchan_port_channel_t;
 
 /* The dropped word: a count of dropped requests in the low bits, the latest one's cause (a
- * negated cchan status) above. */
+ * negated cchan status) above, and a bit set once the channel's transport failed a request. */
 #define CCHAN_PORT_DROPPED_CAUSE_SHIFT 48
-#define CCHAN_PORT_DROPPED_COUNT_MASK ((1ull << CCHAN_PORT_DROPPED_CAUSE_SHIFT) - 1)
+#define CCHAN_PORT_DROPPED_FAILED (1ull << 47)
+#define CCHAN_PORT_DROPPED_COUNT_MASK (CCHAN_PORT_DROPPED_FAILED - 1)
 
 /* After flush `n` completed: fails with the cause when the proxy dropped requests of this channel
  * since the last check (their data did not move, their signals were not sent). */
@@ -142,9 +145,63 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal(const cchan_port_channel_t
     return cchan_port_channel_put_typed(ch, dst_off, src_off, bytes, CCHAN_TRIGGER_SIGNAL);
 }
 
+/* Nonzero once the proxy marked the channel's transport failed: the status of the latest dropped
+ * request (a tcp connection that gave up, a CUDA stream error). */
+CCHAN_DEVICE_INLINE int cchan_port_channel_transport_failed(const cchan_port_channel_t *ch) {
+    if (ch->dropped == NULL) return CCHAN_OK;
+    uint64_t d = cchan_load_acquire_sys_u64(ch->dropped);
+    if (CCHAN_LIKELY(!(d & CCHAN_PORT_DROPPED_FAILED))) return CCHAN_OK;
+    int cause = (int)(d >> CCHAN_PORT_DROPPED_CAUSE_SHIFT);
+    return cause ? -cause : CCHAN_ERR_INTERNAL;
+}
+
+/* Spins until *p >= target, like cchan_wait_geq_u64, but also ends when the channel's transport
+ * has failed, with the cause (recorded as CCHAN_FAIL_DROPPED, expected = target, observed = the
+ * counter): a counter that a failed transport would have raised never moves, and no deadline need
+ * be set for the wait to end. The failure word is host-mapped, so it is read only on the slow path,
+ * once every CCHAN_WAIT_CLOCK_STRIDE spins. */
+CCHAN_DEVICE_INLINE int cchan_port_channel_wait_counter(const cchan_port_channel_t *ch,
+                                                        const uint64_t *p, uint64_t target,
+                                                        uint32_t kind) {
+    if (CCHAN_LIKELY(cchan_load_acquire_sys_u64(p) >= target) || ch->dropped == NULL)
+        return cchan_wait_geq_u64(p, target, &ch->ctl, kind);
+    cchan_deadline_t d;
+    cchan_deadline_init(&d);
+    uint64_t v;
+    while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+#if !defined(CCHAN_BACKEND_HOST)
+        /* No deadline: the bare poll of cchan_wait_geq_u64, so a signal is seen one load after it
+         * lands; the abort and failure words once every CCHAN_WAIT_CLOCK_STRIDE spins. */
+        if (ch->ctl.timeout_ns == 0) {
+            if (CCHAN_LIKELY((++d.iter % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
+            if (CCHAN_UNLIKELY(cchan_wait_aborted(&ch->ctl) != 0))
+                return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
+        } else
+#endif
+        {
+            if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, &ch->ctl)))
+                return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
+            if (CCHAN_LIKELY((d.iter % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
+        }
+        int failed = cchan_port_channel_transport_failed(ch);
+        if (CCHAN_UNLIKELY(failed != CCHAN_OK)) {
+            /* The proxy stores the failure before it completes the flushes it holds: a counter
+             * that has arrived meanwhile is still a success. */
+            v = cchan_load_acquire_sys_u64(p);
+            if (v >= target) break;
+            if (kind == CCHAN_WAIT_FLUSH) {
+                int r = cchan_port_channel_check_dropped(ch, target);
+                if (r) return r;
+            }
+            return cchan_device_fail(&ch->ctl, CCHAN_FAIL_DROPPED, target, v, 0, failed);
+        }
+    }
+    return cchan_wait_geq_u64(p, target, &ch->ctl, kind);
+}
+
 /* Waits until the proxy reports this channel's n-th flush complete. */
 CCHAN_DEVICE_INLINE int cchan_port_channel_flush_wait(const cchan_port_channel_t *ch, uint64_t n) {
-    return cchan_wait_geq_u64(ch->flush_done, n, &ch->ctl, CCHAN_WAIT_FLUSH);
+    return cchan_port_channel_wait_counter(ch, ch->flush_done, n, CCHAN_WAIT_FLUSH);
 }
 
 /* flush_issued counts only flushes that reached the FIFO: a refused one would never complete. */
@@ -172,7 +229,7 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal_flush(const cchan_port_cha
 CCHAN_DEVICE_INLINE int cchan_port_channel_wait(const cchan_port_channel_t *ch) {
     uint64_t want = *ch->expected + 1;
     *ch->expected = want;
-    return cchan_wait_geq_u64(ch->inbound, want, &ch->ctl, CCHAN_WAIT_SEMAPHORE);
+    return cchan_port_channel_wait_counter(ch, ch->inbound, want, CCHAN_WAIT_SEMAPHORE);
 }
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_poll(const cchan_port_channel_t *ch) {

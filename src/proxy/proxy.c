@@ -126,15 +126,27 @@ static void proxy_request_failed(cchan_proxy_t *p, const cchani_port_channel_t *
  * channel completes (same thread, release), so that flush sees it. */
 static void proxy_channel_dropped(cchan_proxy_t *p, cchani_port_channel_t *ch, int status) {
     uint64_t *word = &p->counters[PROXY_DROPPED_WORD(ch->id)];
-    uint64_t count = (__atomic_load_n(word, __ATOMIC_RELAXED) + 1) & CCHAN_PORT_DROPPED_COUNT_MASK;
+    uint64_t old = __atomic_load_n(word, __ATOMIC_RELAXED);
+    uint64_t count = ((old & CCHAN_PORT_DROPPED_COUNT_MASK) + 1) & CCHAN_PORT_DROPPED_COUNT_MASK;
     uint64_t cause = (uint64_t)(status < 0 ? -(int64_t)status : (int64_t)-CCHAN_ERR_INTERNAL);
-    __atomic_store_n(word, (cause << CCHAN_PORT_DROPPED_CAUSE_SHIFT) | count, __ATOMIC_RELEASE);
+    __atomic_store_n(
+        word, (cause << CCHAN_PORT_DROPPED_CAUSE_SHIFT) | (old & CCHAN_PORT_DROPPED_FAILED) | count,
+        __ATOMIC_RELEASE);
 }
 
+/* A transport that failed a request may never complete what it holds (a tcp connection that timed
+ * out answers no flush), so the channel's device side must not wait for it: the channel is marked
+ * failed (its waits end with the cause, port_channel.h), and every flush taken so far is completed
+ * after the dropped word is stored, so a waiting flush returns and reports the cause. A later
+ * request goes to the transport again; one that fails again is reported the same way. */
 static void proxy_transport_failed(cchan_proxy_t *p, cchani_port_channel_t *ch, const char *op,
                                    int status) {
     ch->counters.rejected++;
     proxy_channel_dropped(p, ch, status);
+    uint64_t *word = &p->counters[PROXY_DROPPED_WORD(ch->id)];
+    __atomic_store_n(word, __atomic_load_n(word, __ATOMIC_RELAXED) | CCHAN_PORT_DROPPED_FAILED,
+                     __ATOMIC_RELEASE);
+    if (ch->flushes) cchani_port_complete_flush(ch, ch->flushes);
     proxy_request_failed(p, ch, status, "%s failed: %s", op, cchan_last_error());
 }
 

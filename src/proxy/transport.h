@@ -106,9 +106,13 @@ static inline void cchani_port_deliver_signal(cchani_port_channel_t *ch, uint64_
     __atomic_store_n(ch->signal_target, outbound, __ATOMIC_RELEASE);
 }
 
-/* Publishes that the channel's first `count` flushes are complete (release). */
+/* Publishes that the channel's first `count` flushes are complete (release). Never lowers the
+ * count: after a transport failure the proxy completes every flush it took (proxy.c), and a
+ * completion of an older flush that the transport delivers afterwards must not take that back from
+ * a flush still reading it. The proxy thread is the only writer. */
 static inline void cchani_port_complete_flush(cchani_port_channel_t *ch, uint64_t count) {
-    __atomic_store_n(ch->flush_done, count, __ATOMIC_RELEASE);
+    if (count > __atomic_load_n(ch->flush_done, __ATOMIC_RELAXED))
+        __atomic_store_n(ch->flush_done, count, __ATOMIC_RELEASE);
 }
 
 static inline void cchani_port_stage(cchani_port_channel_t *ch, enum cchani_port_stage stage,
