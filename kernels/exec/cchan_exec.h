@@ -81,6 +81,12 @@ int cchan_exec_plan_fits(const cchan_exec_plan_t *plan, uint64_t in_bytes);
 const char *cchan_exec_collective_name(cchan_exec_collective_t c);
 
 #define CCHAN_EXEC_CONFIG_MAGIC 0x63637831u /* "ccx1" */
+/* cchan_exec_config_t.flags */
+/* Runs never set anything up collectively: a run that needs more scratch than create or
+ * cchan_exec_prepare made fails (cchan_exec_check says so first) instead of growing it, so no run
+ * ever calls the bootstrap. For callers that drive several ranks from one thread (NCCL group calls,
+ * nccl-tests -g N); cchan_coll creates its executors so. */
+#define CCHAN_EXEC_NO_GROW 1u
 typedef struct cchan_exec_config {
     size_t size;
     uint32_t magic;
@@ -88,12 +94,17 @@ typedef struct cchan_exec_config {
     /* Instances: the plan runs this many times side by side, each on its own part of every chunk
      * (a multiple of the plan's align) with its own channels' semaphores and blocks, for more
      * thread blocks than the plan has (every plan operation maps a chunk's byte x to byte x of
-     * other chunks, so the parts are independent). 0: CCHAN_EXEC_INSTANCES, else 1; at most 64.
-     * Every rank passes the same value. */
+     * other chunks, so the parts are independent). 0: CCHAN_EXEC_INSTANCES where set, else chosen
+     * for every call from its size, the plan's blocks and the device (docs/executor.md); at most
+     * 64. Every rank passes the same value. */
     uint32_t instances;
+    uint32_t flags; /* CCHAN_EXEC_NO_GROW */
+    /* The largest input (bytes of one rank's) create sets the executor up for (scratch); 0: the
+     * plan's max_bytes where it has one. Every rank passes the same value. */
+    uint64_t max_bytes;
 } cchan_exec_config_t;
 #define CCHAN_EXEC_CONFIG_INIT                                                                     \
-    { sizeof(cchan_exec_config_t), CCHAN_EXEC_CONFIG_MAGIC, CCHAN_VERSION_CODE, 0 }
+    { sizeof(cchan_exec_config_t), CCHAN_EXEC_CONFIG_MAGIC, CCHAN_VERSION_CODE, 0, 0, 0 }
 
 /* Collective over comm's ranks: checks the plan against the communicator (nranks, this rank),
  * builds the semaphores, channels, scratch and the device copy of the operation lists. The plan
@@ -105,6 +116,10 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
 /* Collective: waits for every rank, then releases everything. */
 int cchan_exec_destroy(cchan_exec_t *exec);
 
+/* Collective: sets the executor up for runs of up to max_in_bytes of input (scratch, mapped by
+ * every peer), so that those runs need no collective step. Every rank passes the same value. */
+int cchan_exec_prepare(cchan_exec_t *exec, uint64_t max_in_bytes);
+
 /* Collective: registers [ptr, ptr + bytes) of this rank for plans that reach peers' inputs or
  * outputs (every rank its own buffer, in the same order). */
 int cchan_exec_register(cchan_exec_t *exec, void *ptr, size_t bytes);
@@ -113,13 +128,20 @@ int cchan_exec_deregister(cchan_exec_t *exec, void *ptr);
 
 /* Runs the plan on send (one rank's input, count elements) and recv (the plan's output). In-place
  * plans take recv == send (AllReduce, Broadcast) or send == recv + rank * in_bytes (AllGather).
- * `stream` is a cudaStream_t (NULL: the default stream); on the host platform the call returns when
- * the plan has run. Runs of one executor must be ordered (one stream, or synchronized): they share
- * its scratch, semaphores and LL epochs. Every rank calls it with the same count and dtype. The
- * first run on new buffers (and the first at a larger size) sets up state collectively and
- * synchronously: do it before capturing a CUDA graph. */
+ * `stream` is a cudaStream_t (NULL: the default stream). On the host platform the call returns when
+ * the plan has run, or, with stream != NULL (any value), as soon as its blocks have started, like
+ * a kernel launch: cchan_exec_sync() waits for it (so one thread can drive several ranks). Runs of
+ * one executor must be ordered (one stream, or synchronized): they share its scratch, semaphores
+ * and LL epochs. Every rank calls it with the same count and dtype. No run calls the bootstrap
+ * except one that needs more scratch than create or cchan_exec_prepare set up, which grows it
+ * collectively (refused instead with CCHAN_EXEC_NO_GROW). The first run on new buffers binds them
+ * (host work, synchronous): do it before capturing a CUDA graph. */
 int cchan_exec_run(cchan_exec_t *exec, const void *send, void *recv, size_t count,
                    cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream);
+
+/* Waits for this executor's runs to complete: on the host platform joins an asynchronous run and
+ * returns its status; on CUDA synchronizes the device. */
+int cchan_exec_sync(cchan_exec_t *exec);
 
 /* The checks of cchan_exec_run without running anything: 0 when the call would be accepted
  * (sizes, placement, registration), else the error it would return (for selectors). */
@@ -127,8 +149,12 @@ int cchan_exec_check(const cchan_exec_t *exec, const void *send, const void *rec
                      cchan_exec_dtype_t dtype);
 
 const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *exec);
-/* Instances the executor runs (cchan_exec_config_t). */
+/* The most instances the executor runs (cchan_exec_config_t): fixed, or the largest a call may
+ * be given when they are chosen per call. */
 int cchan_exec_instances(const cchan_exec_t *exec);
+/* The instances a run of in_bytes of input gets (the rule in docs/executor.md, or the fixed
+ * count). */
+int cchan_exec_instances_for(const cchan_exec_t *exec, uint64_t in_bytes);
 size_t cchan_exec_dtype_size(cchan_exec_dtype_t dtype);
 
 /* The calling thread's last cchan_exec error with its context; "" if none. */

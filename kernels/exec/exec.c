@@ -2,6 +2,7 @@
  * interpreter (CUDA kernel, or one CPU thread per block on the host platform). */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,14 @@
 #define EXEC_SMEM_MAX (48u * 1024u)
 #define EXEC_PDL_MAX_BYTES (2ull << 20)
 #define EXEC_HOST_THREADS_MAX 256
+/* Instances chosen per call: each gets at least this much of a large input (below it the
+ * handshakes of one more instance cost more than its share of the bytes saves)... */
+#define EXEC_INST_MIN_BYTES (128u * 1024u)
+/* ...and a run aims at this share of the device's SMs in blocks (a memory-bound copy or reduction
+ * saturates NVLink and HBM with a fraction of the SMs, as cchan_coll's kernels do); the host
+ * platform's blocks are threads on a few cores. */
+#define EXEC_SMS_PER_BLOCK 4
+#define EXEC_HOST_TARGET_BLOCKS 4
 /* Port sub-channels (one per plan channel, buffer pair and registration) each need a semaphore of
  * their own on this proxy, though they never signal: indices of a set made for them. */
 #define EXEC_DATA_SEMS 256
@@ -33,6 +42,21 @@ typedef struct exec_sub {
     cchan_port_channel_t port;
     struct exec_sub *next;
 } exec_sub_t;
+
+typedef struct host_block {
+    const exec_kargs_t *a;
+    uint32_t block;
+    int status;
+} host_block_t;
+
+/* A run on the host platform started asynchronously (stream != NULL): its blocks' threads. */
+typedef struct exec_host_run {
+    exec_kargs_t a;
+    uint32_t nblocks, started;
+    int status; /* a failure to start every block */
+    host_block_t hb[EXEC_HOST_THREADS_MAX];
+    pthread_t th[EXEC_HOST_THREADS_MAX];
+} exec_host_run_t;
 
 typedef struct exec_binding {
     const void *send;
@@ -55,7 +79,13 @@ struct cchan_exec {
     uint32_t ops_off, refs_off;
     uint32_t nthreads, smem;
     int pdl;
-    uint32_t ninst, grid; /* instances; grid blocks = the plan's blocks x instances */
+    /* ninst: the most instances a run gets (what the semaphores, channels and state are made for);
+     * grid = the plan's blocks x ninst */
+    uint32_t ninst, grid;
+    int inst_fixed;         /* every run gets ninst (config, CCHAN_EXEC_INSTANCES) */
+    uint32_t target_blocks; /* chosen per call: the blocks a large run aims at (every rank alike) */
+    int no_grow;            /* CCHAN_EXEC_NO_GROW */
+    exec_host_run_t *inflight;
     uint32_t lsem_stride; /* rank-local semaphore words per instance */
     int uses_input; /* some op of this rank, or of a peer through a channel, reads our input */
     cchan_sem_set_t *mem_sems, *port_sems, *bar_sems, *data_sems;
@@ -74,6 +104,8 @@ struct cchan_exec {
     exec_reg_t *regs;
     exec_binding_t *bindings;
 };
+
+static int host_join(cchan_exec_t *e);
 
 size_t cchan_exec_dtype_size(cchan_exec_dtype_t dt) {
     switch (dt) {
@@ -256,13 +288,13 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     return cchan_exec_create_ex(comm, plan, NULL, out);
 }
 
-/* Instances: the config's count, else CCHAN_EXEC_INSTANCES, else 1. */
+/* Instances: the config's count, else CCHAN_EXEC_INSTANCES, else 0 (chosen per call). */
 static int create_instances(const cchan_exec_config_t *cfg, const char *where, uint32_t *out) {
     uint32_t ninst = cfg ? cfg->instances : 0;
     if (ninst == 0) {
         const char *v = getenv("CCHAN_EXEC_INSTANCES");
         char *end = NULL;
-        long long x = v && *v ? strtoll(v, &end, 10) : 1;
+        long long x = v && *v ? strtoll(v, &end, 10) : 0;
         if (v && *v && (*end || x < 1 || x > EXEC_MAX_INSTANCES))
             return execi_error(-EINVAL, where,
                                "CCHAN_EXEC_INSTANCES=%s: want an integer in [1, %d]", v,
@@ -280,7 +312,9 @@ static int create_validate(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
                            uint32_t *ninst) {
     if (!comm || !plan || !out)
         return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
-    if (cfg && (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < sizeof(cchan_exec_config_t)))
+    /* a config of the first layout (no flags, no max_bytes) is still accepted */
+    if (cfg &&
+        (cfg->magic != CCHAN_EXEC_CONFIG_MAGIC || cfg->size < offsetof(cchan_exec_config_t, flags)))
         return execi_error(
             -EINVAL, where,
             "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)", cfg->magic,
@@ -323,8 +357,9 @@ static cchan_exec_t *exec_alloc(cchan_comm_t *comm, const cchan_exec_plan_t *pla
     e->platform = cchan_comm_platform(comm);
     e->device = cchan_comm_device(comm);
     e->ctl = cchan_comm_wait_ctl(comm, -1, 0xE8ECu);
-    e->ninst = ninst;
-    e->grid = plan->nblocks * ninst;
+    e->ninst = ninst ? ninst : 1;
+    e->inst_fixed = ninst != 0;
+    e->grid = plan->nblocks * e->ninst;
     e->uses_input = plan_uses_input(plan, e->rank);
     e->nthreads = e->platform == CCHAN_PLATFORM_CUDA ? EXEC_THREADS_GPU : 1u;
     const char *v = getenv("CCHAN_EXEC_PDL");
@@ -408,15 +443,16 @@ static int create_local_state(cchan_exec_t *e, const char *where) {
     e->lsem_stride = 2 * (me->semaphores ? me->semaphores : 1);
     size_t n = (size_t)e->lsem_stride * e->ninst;
     uint64_t *z = (uint64_t *)calloc(n, sizeof *z);
-    uint32_t *ep = (uint32_t *)malloc(e->grid * sizeof *ep);
+    uint32_t *ep = (uint32_t *)malloc(2 * sizeof *ep);
     if (!z || !ep) {
         free(z);
         free(ep);
         return execi_error(-ENOMEM, where, "no memory");
     }
-    for (uint32_t b = 0; b < e->grid; b++) ep[b] = 1; /* LL flags start at 1 */
+    ep[0] = 1; /* LL flags start at 1 */
+    ep[1] = 0;
     int st = dev_put(e, z, n * sizeof *z, (void **)&e->lsem_dev);
-    if (!st) st = dev_put(e, ep, e->grid * sizeof *ep, (void **)&e->epochs_dev);
+    if (!st) st = dev_put(e, ep, 2 * sizeof *ep, (void **)&e->epochs_dev);
     free(z);
     free(ep);
     return st;
@@ -450,18 +486,63 @@ static int create_ports(cchan_exec_t *e, const char *where) {
     return 0;
 }
 
+/* Instances chosen per call: the blocks a large run aims at and the most that can be resident,
+ * the smallest over the ranks (every rank must pick alike; MPS shares may differ). Collective. */
+static int create_auto_instances(cchan_exec_t *e, const char *where) {
+    uint32_t mine[2] = {EXEC_HOST_TARGET_BLOCKS, EXEC_HOST_THREADS_MAX};
+    if (e->platform == CCHAN_PLATFORM_CUDA) {
+        int sms = 0, resident = 0;
+        int st = execi_cuda_capacity(e->device, e->nthreads, e->smem, &sms, &resident);
+        if (st) return st;
+        mine[0] = sms / EXEC_SMS_PER_BLOCK > 0 ? (uint32_t)(sms / EXEC_SMS_PER_BLOCK) : 1u;
+        mine[1] = resident > 0 ? (uint32_t)resident : 1u;
+    }
+    uint32_t *all = (uint32_t *)calloc((size_t)e->nranks * 2, sizeof *all);
+    if (!all) return execi_error(-ENOMEM, where, "no memory");
+    int st = cchan_bootstrap_allgather(cchan_comm_bootstrap(e->comm), mine, all, sizeof mine);
+    if (st < 0) {
+        free(all);
+        return rt_err(st, where, "cchan_bootstrap_allgather(instances)");
+    }
+    uint32_t target = mine[0], resident = mine[1];
+    for (int r = 0; r < e->nranks; r++) {
+        if (all[2 * r] < target) target = all[2 * r];
+        if (all[2 * r + 1] < resident) resident = all[2 * r + 1];
+    }
+    free(all);
+    const uint32_t pb = e->plan->nblocks;
+    uint32_t k = (target + pb - 1) / pb;
+    if (k > resident / pb) k = resident / pb;
+    if (k > EXEC_MAX_INSTANCES) k = EXEC_MAX_INSTANCES;
+    e->ninst = k ? k : 1u; /* (a plan whose blocks do not fit once is refused next) */
+    e->target_blocks = target;
+    e->grid = pb * e->ninst;
+    return 0;
+}
+
+int cchan_exec_prepare(cchan_exec_t *e, uint64_t max_in_bytes) {
+    static const char *where = "cchan_exec_prepare";
+    execi_clear_error();
+    if (!e) return execi_error(-EINVAL, where, "exec is NULL");
+    int st = cchan_comm_check(e->comm, where);
+    if (st) return st;
+    if ((st = host_join(e))) return st;
+    return scratch_grow(e, max_in_bytes);
+}
+
 int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
                          const cchan_exec_config_t *cfg, cchan_exec_t **out) {
     static const char *where = "cchan_exec_create";
     execi_clear_error();
     uint32_t ninst = 0;
-    /* cchan's message goes into this library's own (cchan_exec_last_error) */
-    int st = comm ? cchan_comm_check(comm, "the communicator") : 0;
-    if (st) return execi_error(st, where, "%s", cchan_last_error());
+    int st = comm ? cchan_comm_check(comm, where) : 0;
+    if (st) return st;
     st = create_validate(comm, plan, cfg, out, where, &ninst);
     if (st) return st;
     cchan_exec_t *e = exec_alloc(comm, plan, ninst);
     if (!e) return execi_error(-ENOMEM, where, "no memory");
+    e->no_grow =
+        cfg && cfg->size >= sizeof(cchan_exec_config_t) && (cfg->flags & CCHAN_EXEC_NO_GROW);
     size_t total = 0;
     uint8_t *img = program_image(e, &total);
     if (!img) {
@@ -472,12 +553,16 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
     free(img);
     if (st) goto fail;
     e->smem = e->me->max_block_bytes <= EXEC_SMEM_MAX ? e->me->max_block_bytes : 0;
+    if (!e->inst_fixed && (st = create_auto_instances(e, where))) goto fail;
     if ((st = create_launch_check(e, where))) goto fail;
     /* semaphores: collective, in the same order on every rank */
     if (e->nranks > 1 && (st = create_channel_sems(e, where))) goto fail;
     if (e->nranks > 1 && plan->uses_barrier && (st = create_barriers(e, where))) goto fail;
     if ((st = create_local_state(e, where))) goto fail;
-    if ((st = scratch_grow(e, 0)) < 0) goto fail;
+    /* scratch for the largest run set up now, so that runs up to it need no collective step */
+    uint64_t max_bytes = cfg && cfg->size >= sizeof(cchan_exec_config_t) ? cfg->max_bytes : 0;
+    if (!max_bytes) max_bytes = plan->max_bytes;
+    if ((st = scratch_grow(e, max_bytes)) < 0) goto fail;
     if (plan->uses_port && (st = create_ports(e, where))) goto fail;
     *out = e;
     return 0;
@@ -489,7 +574,7 @@ fail:
 int cchan_exec_destroy(cchan_exec_t *e) {
     execi_clear_error();
     if (!e) return execi_error(-EINVAL, "cchan_exec_destroy", "exec is NULL");
-    int st = 0;
+    int st = host_join(e);
     if (e->platform == CCHAN_PLATFORM_CUDA) st = execi_cuda_sync(e->device);
     /* peers may still read our buffers through their mappings until they are done */
     int b = cchan_bootstrap_barrier(cchan_comm_bootstrap(e->comm));
@@ -505,8 +590,9 @@ int cchan_exec_register(cchan_exec_t *e, void *ptr, size_t bytes) {
     static const char *where = "cchan_exec_register";
     execi_clear_error();
     if (!e || !ptr || !bytes) return execi_error(-EINVAL, where, "exec, ptr and bytes must be set");
-    int st = cchan_comm_check(e->comm, "the communicator");
-    if (st) return execi_error(st, where, "%s", cchan_last_error());
+    int st = cchan_comm_check(e->comm, where);
+    if (st) return st;
+    if ((st = host_join(e))) return st;
     if (bytes > UINTPTR_MAX - (uintptr_t)ptr)
         return execi_error(CCHAN_ERR_RANGE, where,
                            "%zu bytes at %p run past the end of the address space", bytes, ptr);
@@ -539,7 +625,7 @@ int cchan_exec_deregister(cchan_exec_t *e, void *ptr) {
     exec_reg_t **pg = &e->regs;
     while (*pg && (*pg)->ptr != ptr) pg = &(*pg)->next;
     if (!*pg) return execi_error(-ENOENT, where, "%p was not registered", ptr);
-    int st = 0;
+    int st = host_join(e);
     if (e->platform == CCHAN_PLATFORM_CUDA) st = execi_cuda_sync(e->device);
     int b = cchan_bootstrap_barrier(cchan_comm_bootstrap(e->comm));
     exec_reg_t *g = *pg;
@@ -769,52 +855,67 @@ fail:
 
 /* ------------------------------------------------------------------ run */
 
-typedef struct host_block {
-    const exec_kargs_t *a;
-    uint32_t block;
-    int status;
-} host_block_t;
-
 static void *host_block_main(void *p) {
     host_block_t *hb = (host_block_t *)p;
     hb->status = exec_block_run(hb->a, hb->block, 0, 1, NULL);
     return NULL;
 }
 
-static int run_host(cchan_exec_t *e, const exec_kargs_t *a, uint32_t nblocks) {
+/* Joins the asynchronous host run in flight, if any: its status. */
+static int host_join(cchan_exec_t *e) {
     static const char *where = "cchan_exec_run";
-    host_block_t hb[EXEC_HOST_THREADS_MAX];
-    pthread_t th[EXEC_HOST_THREADS_MAX];
-    uint32_t started = 0;
-    int st = 0;
-    for (uint32_t b = 0; b < nblocks; b++) {
-        hb[b].a = a;
-        hb[b].block = b;
-        hb[b].status = 0;
-        if (b + 1 == nblocks) break; /* the calling thread runs the last block */
-        int r = pthread_create(&th[b], NULL, host_block_main, &hb[b]);
-        if (r) {
-            /* blocks already started would wait forever for their siblings: fatal */
-            st = execi_error(-r, where, "pthread_create for block %u of %u", b, nblocks);
-            break;
-        }
-        started++;
-    }
-    if (!st) host_block_main(&hb[nblocks - 1]);
-    for (uint32_t b = 0; b < started; b++) pthread_join(th[b], NULL);
-    if (st) return st;
-    for (uint32_t b = 0; b < nblocks; b++)
-        if (hb[b].status) {
-            int s = hb[b].status;
+    exec_host_run_t *hr = e->inflight;
+    if (!hr) return 0;
+    e->inflight = NULL;
+    for (uint32_t b = 0; b < hr->started; b++) pthread_join(hr->th[b], NULL);
+    int st = hr->status;
+    for (uint32_t b = 0; b < hr->nblocks && !st; b++)
+        if (hr->hb[b].status) {
+            int s = hr->hb[b].status;
             char diag[512];
             snprintf(diag, sizeof diag, "%s", cchan_last_error());
-            (void)e;
-            return execi_error(s, where,
-                               "plan \"%s\", rank %d, block %u: %s (a wait passed the deadline, "
-                               "CCHAN_TIMEOUT_MS, or a port request failed) %s",
-                               e->plan->name, e->rank, b, cchan_strerror(s), diag);
+            st = execi_error(s, where,
+                             "plan \"%s\", rank %d, block %u: %s (a wait passed the deadline, "
+                             "CCHAN_TIMEOUT_MS, or a port request failed) %s",
+                             e->plan->name, e->rank, b, cchan_strerror(s), diag);
         }
-    return 0;
+    free(hr);
+    return st;
+}
+
+/* One CPU thread per block. Synchronous: the calling thread runs the last block and the call
+ * returns the run's status. Asynchronous: every block gets a thread and host_join ends it. */
+static int run_host(cchan_exec_t *e, const exec_kargs_t *a, uint32_t nblocks, int async) {
+    static const char *where = "cchan_exec_run";
+    exec_host_run_t *hr = (exec_host_run_t *)calloc(1, sizeof *hr);
+    if (!hr) return execi_error(-ENOMEM, where, "no memory");
+    hr->a = *a;
+    hr->nblocks = nblocks;
+    uint32_t nthr = async ? nblocks : nblocks - 1; /* else the calling thread runs the last */
+    for (uint32_t b = 0; b < nblocks; b++) {
+        hr->hb[b].a = &hr->a;
+        hr->hb[b].block = b;
+    }
+    for (uint32_t b = 0; b < nthr; b++) {
+        int r = pthread_create(&hr->th[b], NULL, host_block_main, &hr->hb[b]);
+        if (r) {
+            /* blocks already started would wait forever for their siblings: fatal */
+            hr->status = execi_error(-r, where, "pthread_create for block %u of %u", b, nblocks);
+            break;
+        }
+        hr->started++;
+    }
+    e->inflight = hr;
+    if (async && !hr->status) return 0;
+    if (!hr->status) host_block_main(&hr->hb[nblocks - 1]);
+    return host_join(e);
+}
+
+int cchan_exec_sync(cchan_exec_t *e) {
+    execi_clear_error();
+    if (!e) return execi_error(-EINVAL, "cchan_exec_sync", "exec is NULL");
+    if (e->platform == CCHAN_PLATFORM_CUDA) return execi_cuda_sync(e->device);
+    return host_join(e);
 }
 
 /* The call's checks, without side effects: 0 and the sizes, or the error. */
@@ -886,12 +987,45 @@ static int run_ranges(const void *send, uint64_t in_bytes, const void *recv, uin
     return 0;
 }
 
+/* With CCHAN_EXEC_NO_GROW a run never sets scratch up: it must be there already. */
+static int run_scratch(const cchan_exec_t *e, uint64_t in_bytes, const char *where) {
+    uint64_t need = scratch_need(e->plan, in_bytes);
+    if (!e->no_grow || need <= e->scratch_bytes) return 0;
+    return execi_error(CCHAN_ERR_NO_RESOURCE, where,
+                       "plan \"%s\": %llu bytes of input need %llu bytes of scratch, %llu are set "
+                       "up (CCHAN_EXEC_NO_GROW): call cchan_exec_prepare(exec, %llu) on every rank "
+                       "first",
+                       e->plan->name, (unsigned long long)in_bytes, (unsigned long long)need,
+                       (unsigned long long)e->scratch_bytes, (unsigned long long)in_bytes);
+}
+
 int cchan_exec_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
                      cchan_exec_dtype_t dtype) {
+    static const char *where = "cchan_exec_check";
     execi_clear_error();
     uint64_t ib = 0, ob = 0;
-    int st = run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, "cchan_exec_check");
-    return st ? st : run_ranges(send, ib, recv, ob, "cchan_exec_check");
+    int st = run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, where);
+    if (!st) st = run_ranges(send, ib, recv, ob, where);
+    return st ? st : run_scratch(e, ib, where);
+}
+
+/* Instances for a run of in_bytes (docs/executor.md, "Instances"): fixed, or as many as give
+ * every instance EXEC_INST_MIN_BYTES and the run target_blocks blocks, at most ninst, and never
+ * more than the chunk has align-sized parts. */
+static uint32_t run_instances(const cchan_exec_t *e, uint64_t in_bytes) {
+    if (e->inst_fixed) return e->ninst;
+    const cchan_exec_plan_t *p = e->plan;
+    uint64_t k = (e->target_blocks + p->nblocks - 1) / p->nblocks;
+    uint64_t by_size = in_bytes / EXEC_INST_MIN_BYTES;
+    uint64_t by_chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT] / p->align;
+    if (by_size < k) k = by_size;
+    if (by_chunk < k) k = by_chunk;
+    if (k > e->ninst) k = e->ninst;
+    return k ? (uint32_t)k : 1u;
+}
+
+int cchan_exec_instances_for(const cchan_exec_t *e, uint64_t in_bytes) {
+    return e ? (int)run_instances(e, in_bytes) : 0;
 }
 
 int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
@@ -899,18 +1033,22 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     static const char *where = "cchan_exec_run";
     execi_clear_error();
     if (e) {
-        int alive = cchan_comm_check(e->comm, "the communicator");
-        if (alive) return execi_error(alive, where, "%s", cchan_last_error());
+        int alive = cchan_comm_check(e->comm, where);
+        if (alive) return alive;
     }
     if (e && count == 0) return 0;
     uint64_t in_bytes = 0, out_bytes = 0;
     int cst = run_check(e, send, recv, count, dtype, op, &in_bytes, &out_bytes, where);
     if (!cst) cst = run_ranges(send, in_bytes, recv, out_bytes, where);
+    if (!cst) cst = run_scratch(e, in_bytes, where);
     if (cst) return cst;
+    /* the previous run's state is this one's: an asynchronous host run ends first */
+    int st = host_join(e);
+    if (st) return st;
     const cchan_exec_plan_t *p = e->plan;
     uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];
-    int st = scratch_grow(e, in_bytes);
-    if (st) return st;
+    /* collective only where scratch must grow (never with CCHAN_EXEC_NO_GROW, checked above) */
+    if ((st = scratch_grow(e, in_bytes))) return st;
     exec_binding_t *bd = e->bindings;
     while (bd &&
            !(bd->send == send && bd->recv == recv && bd->in_bytes == in_bytes && bd->gen == e->gen))
@@ -931,9 +1069,11 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     a.chunk_bytes = chunk;
     a.loop_unit = p->loop_unit;
     a.pblocks = p->nblocks;
+    uint32_t ninst = run_instances(e, in_bytes);
+    a.grid = p->nblocks * ninst;
     {
         /* every instance's part of a chunk: a multiple of align */
-        uint64_t per = (chunk + e->ninst - 1) / e->ninst;
+        uint64_t per = (chunk + ninst - 1) / ninst;
         a.inst_bytes = (per + p->align - 1) / p->align * p->align;
     }
     a.align = p->align;
@@ -942,9 +1082,9 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
      * half, which must not overlap what this rank still reads, even when the sizes differ. */
     a.scratch_half = p->ll_double_buffer ? e->scratch_bytes / 2 : 0;
     a.use_smem = e->smem != 0;
-    if (e->platform == CCHAN_PLATFORM_HOST) return run_host(e, &a, e->grid);
+    if (e->platform == CCHAN_PLATFORM_HOST) return run_host(e, &a, a.grid, stream != NULL);
     /* programmatic dependent launch up to 2 MiB, as cchan_coll does (CCHAN_EXEC_PDL=0: off) */
     int pdl = e->pdl && in_bytes <= EXEC_PDL_MAX_BYTES;
-    return execi_cuda_launch(e->device, &a, e->grid, e->nthreads, e->smem, p->cross_block, pdl,
+    return execi_cuda_launch(e->device, &a, a.grid, e->nthreads, e->smem, p->cross_block, pdl,
                              stream);
 }

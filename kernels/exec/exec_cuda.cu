@@ -112,38 +112,49 @@ static int exec_ctx_sms(int dev_sms) {
     return sms;
 }
 
+static int exec_set_smem(uint32_t smem) {
+    if (smem <= 48u * 1024u) return 0;
+    cudaError_t e =
+        cudaFuncSetAttribute(exec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    return e == cudaSuccess ? 0 : cuda_err(e, "cudaFuncSetAttribute(shared memory)");
+}
+
+int execi_cuda_capacity(int device, uint32_t nthreads, uint32_t smem, int *sms_out, int *resident) {
+    int st = set_device(device);
+    if (st || (st = exec_set_smem(smem))) return st;
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaFree(0); /* the context exists before its SMs are asked */
+    sms = exec_ctx_sms(sms);
+    cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, exec_kernel, (int)nthreads, smem);
+    if (e != cudaSuccess) return cuda_err(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    *sms_out = sms;
+    *resident = per_sm * sms;
+    return 0;
+}
+
 int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
                        int cooperative) {
-    int st = set_device(device);
-    if (st) return st;
-    if (smem > 48u * 1024u) {
-        cudaError_t e = cudaFuncSetAttribute(
-            exec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute(shared memory)");
-    }
     /* Blocks that wait on other blocks of the grid (the plan's semaphores) must all be resident
      * at once: a cooperative launch guarantees it. Without such semaphores a block still waits on
      * peers whose blocks may wait on another block of this grid, so the grid must fit the device
      * at once either way (it is refused, not left to hang). */
-    int coop = 0, sms = 0, per_sm = 0;
+    int sms = 0, resident = 0, coop = 0;
+    int st = execi_cuda_capacity(device, nthreads, smem, &sms, &resident);
+    if (st) return st;
     cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaFree(0); /* the context exists before its SMs are asked */
-    sms = exec_ctx_sms(sms);
     if (cooperative && !coop)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
                            "the plan's blocks wait on one another (semaphores between blocks), "
                            "which needs a cooperative launch, and device %d does not support it",
                            device);
-    cudaError_t e =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, exec_kernel, (int)nthreads, smem);
-    if (e != cudaSuccess) return cuda_err(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    if ((long long)per_sm * sms < (long long)nblocks)
+    if ((long long)resident < (long long)nblocks)
         return execi_error(CCHAN_ERR_UNSUPPORTED, "cchan_exec_create",
                            "the plan's %u blocks (plan blocks x instances) must all be resident, "
                            "but device %d holds %d blocks of %u threads at once here (%d SMs this "
                            "context may use x %d)",
-                           nblocks, device, per_sm * sms, nthreads, sms, per_sm);
+                           nblocks, device, resident, nthreads, sms, sms ? resident / sms : 0);
     return 0;
 }
 

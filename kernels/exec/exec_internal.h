@@ -67,6 +67,9 @@ int execi_cuda_sync(int device);
  * at once (cooperative launch); 0 or an error naming the limit. */
 int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
                        int cooperative);
+/* The SMs this context may use and how many blocks of nthreads threads with smem bytes of shared
+ * memory it holds at once. */
+int execi_cuda_capacity(int device, uint32_t nthreads, uint32_t smem, int *sms, int *resident);
 int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
                       uint32_t smem, int cooperative, int pdl, void *stream);
 

@@ -49,7 +49,10 @@ typedef struct exec_bind {
     uint32_t npeers;
     uint32_t reserved;
     uint64_t *lsem;   /* rank-local semaphores: [s][0] releases, [s][1] acquires waited for */
-    uint32_t *epochs; /* per block: the LL flag of the next run (starts at 1) */
+    /* [0]: the LL flag of the next run (starts at 1), the same for every block of every instance,
+     * so that runs with different instance counts never meet a stale flag or half; [1]: blocks of
+     * the current run that have finished (the last one advances [0]) */
+    uint32_t *epochs;
     cchan_wait_ctl_t ctl;
 } exec_bind_t;
 
@@ -59,9 +62,11 @@ typedef struct exec_kargs {
     const exec_bind_t *bind;    /* one per instance */
     uint32_t nblocks;           /* blocks with a list on this rank */
     uint32_t pblocks;           /* blocks of one instance (the plan's, the most over all ranks) */
+    uint32_t grid;              /* blocks of this run: pblocks x its instances */
     uint32_t ops_off, refs_off; /* byte offsets of the op and ref arrays in prog */
     uint32_t dtype;
     uint32_t use_smem;   /* copy each block's lists into shared memory */
+    uint32_t reserved;
     uint64_t inst_bytes; /* bytes of every chunk each instance handles (align multiple) */
     uint64_t chunk_bytes, loop_unit, align;
     uint64_t scratch_stride; /* bytes between scratch chunks (chunk_bytes x factor) */
@@ -442,7 +447,7 @@ CCHAN_DEVICE_INLINE int exec_block_run(const exec_kargs_t *a, uint32_t block, ui
                                        uint32_t nthreads, uint8_t *smem) {
     uint32_t inst = block / a->pblocks, pb = block - inst * a->pblocks;
     const exec_bind_t *b = &a->bind[inst];
-    uint32_t epoch = b->epochs[block];
+    uint32_t epoch = b->epochs[0];
     int r = CCHAN_OK;
     if (pb < a->nblocks) {
         const exec_block_t *bd = &((const exec_block_t *)(const void *)a->prog)[pb];
@@ -491,9 +496,12 @@ CCHAN_DEVICE_INLINE int exec_block_run(const exec_kargs_t *a, uint32_t block, ui
         }
     }
     cchan_block_sync();
-    if (tid == 0) {
+    /* Every block has read the epoch once all have arrived here: the last advances it for the
+     * next run (which the stream orders after this one). */
+    if (tid == 0 && cchan_fetch_add_acq_rel_dev_u32(&b->epochs[1], 1) == a->grid - 1) {
         uint32_t next = epoch + 1;
-        b->epochs[block] = next ? next : 1u;
+        b->epochs[1] = 0;
+        b->epochs[0] = next ? next : 1u;
     }
     return r;
 }

@@ -26,6 +26,10 @@ int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t
     (void)device, (void)nblocks, (void)nthreads, (void)smem, (void)cooperative;
     return exec_no_cuda();
 }
+int execi_cuda_capacity(int device, uint32_t nthreads, uint32_t smem, int *sms, int *resident) {
+    (void)device, (void)nthreads, (void)smem, (void)sms, (void)resident;
+    return exec_no_cuda();
+}
 int execi_cuda_launch(int device, const exec_kargs_t *a, uint32_t nblocks, uint32_t nthreads,
                       uint32_t smem, int cooperative, int pdl, void *stream) {
     (void)device, (void)a, (void)nblocks, (void)nthreads, (void)smem, (void)cooperative, (void)pdl;
