@@ -32,8 +32,21 @@ static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* The largest input the executors of unbounded plans are set up for (their scratch). */
+#define COLL_PLAN_MAX_BYTES_DEFAULT (16ull << 20)
+
 int colli_plans_load(cchan_comm_t *comm, colli_plans_t **pp, const char *dir, const char *where) {
     int nranks = cchan_comm_size(comm);
+    uint64_t max_in = COLL_PLAN_MAX_BYTES_DEFAULT;
+    const char *cv = getenv("CCHAN_COLL_PLAN_MAX_BYTES");
+    if (cv && *cv) {
+        char *end = NULL;
+        unsigned long long x = strtoull(cv, &end, 0);
+        if (*end || cv[0] == '-' || x == 0)
+            return colli_error(-EINVAL, where,
+                               "CCHAN_COLL_PLAN_MAX_BYTES=%s: want a positive byte count", cv);
+        max_in = x;
+    }
     DIR *d = opendir(dir);
     if (!d) return colli_error(-errno, where, "plan directory %s: %s", dir, strerror(errno));
     char suffix[32];
@@ -82,7 +95,14 @@ int colli_plans_load(cchan_comm_t *comm, colli_plans_t **pp, const char *dir, co
             break;
         }
         cchan_exec_plan_info(e.plan, &e.info);
-        st = cchan_exec_create(comm, e.plan, &e.ex);
+        /* Set up now for every size the plan may be picked for (up to the cap on scratch of
+         * unbounded plans), and never grown by a call: a call must not be collective on the host,
+         * since one thread may drive several ranks (NCCL group calls, nccl-tests -g N). A call past
+         * the set-up fails cchan_exec_check and runs natively. */
+        cchan_exec_config_t xcfg = CCHAN_EXEC_CONFIG_INIT;
+        xcfg.flags = CCHAN_EXEC_NO_GROW;
+        xcfg.max_bytes = e.info.max_bytes && e.info.max_bytes < max_in ? e.info.max_bytes : max_in;
+        st = cchan_exec_create_ex(comm, e.plan, &xcfg, &e.ex);
         if (st == CCHAN_ERR_UNSUPPORTED) {
             /* the same on every rank (the same plan and kind of device): this plan is left out */
             cchan_exec_plan_free(e.plan);
