@@ -1,6 +1,6 @@
 /* Admission under a connection flood (run through cchan-run, 4 ranks):
  *
- *   boot_flood [INITS [SECONDS_PER_INIT_LIMIT]]
+ *   boot_flood [INITS [SECONDS_PER_INIT_LIMIT [CHURN_THREADS]]]
  *
  * A stranger process that knows nothing of the job opens connections to a root as fast as it can
  * while four ranks bootstrap through it: most close at once with a reset (churn), some send a byte
@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,10 +25,10 @@
 #include "bootstrap.h"
 #include "bootstrap_socket.h"
 
-#define CHURNERS 3
+#define MAX_CHURNERS 64
 #define HELD 200
 
-static int rank;
+static int rank, churners = 3;
 static cchani_boot_addr_t target;
 static volatile uint64_t *flood_count; /* shared with the flooder process */
 static volatile int *flood_stop;
@@ -35,6 +36,10 @@ static volatile int *flood_stop;
 static int open_nb(void) {
     int fd = socket(target.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
+    /* A connect whose SYN the full backlog dropped would wait for its retransmissions, seconds:
+     * the flooder must stop when told, and open others meanwhile. */
+    struct timeval tv = {0, 100 * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, (const struct sockaddr *)&target.sa, target.len) != 0) {
         close(fd);
         return -1;
@@ -88,11 +93,11 @@ static pid_t start_flood(void) {
     BOOT_CHECK(pid >= 0);
     if (pid > 0) return pid;
     signal(SIGPIPE, SIG_IGN);
-    pthread_t t[CHURNERS + 1];
-    for (int i = 0; i < CHURNERS; i++)
+    pthread_t t[MAX_CHURNERS + 1];
+    for (int i = 0; i < churners; i++)
         BOOT_CHECK(pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)i) == 0);
-    BOOT_CHECK(pthread_create(&t[CHURNERS], NULL, hold, NULL) == 0);
-    for (int i = 0; i <= CHURNERS; i++) pthread_join(t[i], NULL);
+    BOOT_CHECK(pthread_create(&t[churners], NULL, hold, NULL) == 0);
+    for (int i = 0; i <= churners; i++) pthread_join(t[i], NULL);
     _exit(0);
 }
 
@@ -106,7 +111,8 @@ static void stop_flood(pid_t pid) {
 int main(int argc, char **argv) {
     int inits = argc > 1 ? atoi(argv[1]) : 4;
     double limit_s = argc > 2 ? atof(argv[2]) : 8.0;
-    BOOT_CHECK(inits >= 1 && limit_s > 0);
+    if (argc > 3) churners = atoi(argv[3]);
+    BOOT_CHECK(inits >= 1 && limit_s > 0 && churners >= 1 && churners <= MAX_CHURNERS);
     rank = boot_test_rank = boot_env_int("CCHAN_RANK");
     BOOT_CHECK(boot_env_int("CCHAN_WORLD_SIZE") == 4);
     setenv("CCHAN_BOOTSTRAP_TIMEOUT_MS", "10000", 0);
