@@ -10,6 +10,8 @@
  *             size twice back to back with fresh data; guard bytes after the output untouched
  *   graph     every plan captured once in a CUDA graph and replayed 50 times with new input
  *             between replays (the last three checked)
+ *   instances every plan with 1 to 16 fixed instances and with the library's choice, at one
+ *             granule, 33 and 4097 granules (bf16), the instance count named on failure
  */
 #include <dirent.h>
 #include <math.h>
@@ -251,6 +253,53 @@ static void xg_graph_plan(gt_ctx_t *ctx, cchan_exec_t *ex, const cchan_exec_plan
 
 static void case_graph(gt_ctx_t *ctx) { xg_each_plan(ctx, xg_graph_plan); }
 
+/* Every plan with fixed instance counts from 1 to 16 (one granule: most instances empty; odd
+ * multiples: uneven parts), the count named on failure; then with the library's own choice. */
+static void case_instances(gt_ctx_t *ctx) {
+    static const uint32_t ks[] = {1, 2, 3, 4, 5, 7, 8, 16, 0};
+    static const uint64_t mult[] = {1, 33, 4097};
+    const cchan_exec_dtype_t dt = CCHAN_EXEC_BF16;
+    for (int i = 0; i < g_xg.nplans; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", g_xg.dir, g_xg.names[i]);
+        cchan_exec_plan_t *plan;
+        XG_EXEC(ctx, cchan_exec_plan_load_file(path, &plan));
+        cchan_exec_plan_info_t in;
+        XG_EXEC(ctx, cchan_exec_plan_info(plan, &in));
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            cchan_exec_config_t cfg = CCHAN_EXEC_CONFIG_INIT;
+            cfg.instances = ks[ki];
+            cchan_exec_t *ex;
+            int st = cchan_exec_create_ex(ctx->comm, plan, &cfg, &ex);
+            if (st == CCHAN_ERR_UNSUPPORTED) {
+                gt_log(ctx, "%s x%u: not run here: %s", in.name, ks[ki], cchan_exec_last_error());
+                continue;
+            }
+            XG_EXEC(ctx, st);
+            XG_EXEC(ctx, cchan_exec_register(ex, g_xg.send, g_xg.send_bytes));
+            XG_EXEC(ctx, cchan_exec_register(ex, g_xg.recv, g_xg.recv_bytes));
+            int ok = 1;
+            for (size_t m = 0; m < sizeof mult / sizeof mult[0] && ok; m++) {
+                uint64_t bytes = in.granularity * mult[m];
+                if (bytes > XG_MAX_IN) continue;
+                xg_call_t c = xg_layout(ctx, &in, bytes / 2, dt);
+                uint64_t seed = xg_mix(ki * 10 + m + 500);
+                char what[64];
+                snprintf(what, sizeof what, "x%d (asked %u)",
+                         cchan_exec_instances_for(ex, c.in_bytes), ks[ki]);
+                xg_prepare(ctx, &c, dt, seed);
+                XG_EXEC(ctx, cchan_exec_run(ex, c.send, c.recv, c.count, dt, CCHAN_EXEC_SUM,
+                                            ctx->stream));
+                ok = xg_verify(ctx, &in, &c, dt, seed, what);
+            }
+            XG_EXEC(ctx, cchan_exec_destroy(ex));
+            if (!ok) break;
+        }
+        gt_log(ctx, "%s: instances 1..16 and the library's choice", in.name);
+        cchan_exec_plan_free(plan);
+    }
+}
+
 static int xg_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -296,6 +345,7 @@ static void xg_teardown(gt_ctx_t *ctx) {
 static void xg_cases(gt_ctx_t *ctx) {
     gt_run(ctx, "correct", case_correct, 600);
     gt_run(ctx, "graph", case_graph, 600);
+    gt_run(ctx, "instances", case_instances, 600);
 }
 
 GT_MAIN({"test_exec_gpu", xg_setup, xg_cases, xg_teardown, NULL, NULL})
