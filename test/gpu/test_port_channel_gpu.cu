@@ -699,8 +699,7 @@ __global__ void k_pc_full_grid(cchan_port_channel_t ch, uint64_t bytes, unsigned
             pc_note(status, cchan_port_channel_flush(&ch), 2);
             atomicExch(done, 1u);
         } else {
-            while (atomicAdd(done, 0u) == 0u) {
-            }
+            while (atomicAdd(done, 0u) == 0u) {}
         }
     }
     __syncthreads();
@@ -841,6 +840,246 @@ static void case_ring_lanes(gt_ctx_t *ctx) {
     GT_CUDA(cudaFree(status));
 }
 
+/* ------------------------------------------------------------------ soak
+ *
+ * Many lanes (one block each), two channels per lane (data D on semaphore b, credit K on lanes + b,
+ * both into the partner's D buffer), random sizes (1 B to CCHAN_PC_SOAK_MAX_BYTES, default 64 MiB,
+ * log-uniform), every request form, for CCHAN_PC_SOAK_SECONDS (default 5; the lead's long runs
+ * set it), with CCHAN_PC_SOAK_LANES blocks (default 8, at most 32). In each block warp 0 sends:
+ * message k goes to slot k % 2 of the lane's region in the partner's D at a random misalignment,
+ * after the credit for message k - 2 and a flush (the source slot is reused); warp 1 receives:
+ * waits (or polls), checks every byte and 64 guard bytes on each side, re-poisons them, returns a
+ * credit. Kernels of SOAK_QUEUE epochs are queued back to back before the host waits, as the ring
+ * does (a proxy whose copies queue behind the application's kernels hangs here). After every group
+ * each rank checks every channel's counters; a lost signal or flush traps at the device deadline,
+ * whose diagnostic names the channel's diag id (the case logs lane -> diag ids first) and the
+ * expected and completed counts. */
+
+#define SOAK_MAX_LANES 32
+#define SOAK_GUARD 64u
+#define SOAK_MSGS 16u /* messages per lane per kernel */
+#define SOAK_QUEUE 4  /* kernels queued before the host waits */
+
+typedef struct soak_lane {
+    cchan_port_channel_t data, credit;
+} soak_lane_t;
+
+typedef struct soak_geom {
+    uint64_t bytes, off; /* off: from the start of the slot */
+    uint32_t form, slot;
+} soak_geom_t;
+
+__host__ __device__ static inline soak_geom_t soak_geom(uint64_t tag, int from, int lane,
+                                                        uint64_t k, uint64_t max_bytes) {
+    uint64_t h = gt_mix64(gt_seed(tag, (uint64_t)from, k) ^ ((uint64_t)lane << 40));
+    int bits = 0;
+    while ((1ull << (bits + 1)) <= max_bytes) bits++;
+    uint64_t n = 1ull << (h % (uint64_t)(bits + 1));
+    n += gt_mix64(h) % n;
+    soak_geom_t g;
+    g.bytes = n > max_bytes ? max_bytes : n;
+    g.off = SOAK_GUARD + (h >> 20) % 16;
+    g.form = (uint32_t)((h >> 28) % 6);
+    g.slot = (uint32_t)(k % 2);
+    return g;
+}
+
+__device__ static inline uint64_t soak_data_seed(uint64_t tag, int from, int lane, uint64_t k) {
+    return gt_seed(tag ^ 0x5c5c5c5cull, (uint64_t)from * 64 + (uint64_t)lane, k);
+}
+
+/* Thread 0 of the sending warp: message k in its form (the source is filled and fenced). */
+__device__ static inline void soak_send(const soak_lane_t *ln, soak_geom_t g, uint64_t so,
+                                        uint64_t dof, uint32_t w, unsigned long long *flushes,
+                                        unsigned long long *status) {
+    const int b = (int)blockIdx.x;
+    __threadfence_system();
+    const cchan_port_channel_t *ch = &ln->data;
+    switch (g.form) {
+    case 0:
+        pc_note(status, cchan_port_channel_put(ch, dof, so, g.bytes), w | 3);
+        pc_note(status, cchan_port_channel_signal(ch), w | 4);
+        break;
+    case 1: pc_note(status, cchan_port_channel_put_signal(ch, dof, so, g.bytes), w | 5); break;
+    case 2:
+        pc_note(status, cchan_port_channel_put_signal_flush(ch, dof, so, g.bytes), w | 6);
+        flushes[b]++;
+        break;
+    case 3:
+        pc_note(status, cchan_port_channel_put(ch, dof, so, g.bytes), w | 7);
+        pc_note(status, cchan_port_channel_flush(ch), w | 8);
+        flushes[b]++;
+        pc_note(status, cchan_port_channel_signal(ch), w | 9);
+        break;
+    case 4: {
+        const uint64_t a = g.bytes / 3, h = g.bytes / 2;
+        pc_note(status, cchan_port_channel_put(ch, dof, so, a), w | 10);
+        pc_note(status, cchan_port_channel_put(ch, dof + a, so + a, h - a), w | 11);
+        pc_note(status, cchan_port_channel_put_signal(ch, dof + h, so + h, g.bytes - h), w | 12);
+        break;
+    }
+    default:
+        pc_note(status, cchan_port_channel_flush(ch), w | 13);
+        flushes[b]++;
+        pc_note(status, cchan_port_channel_put_signal(ch, dof, so, g.bytes), w | 14);
+        break;
+    }
+}
+
+/* status: first failing call (lane << 16 | step << 8 in the high word); flushes[b]: data-channel
+ * flushes so far; bad[b]: bytes wrong (first message in bad[lanes + b]). */
+__global__ void k_pc_soak(const soak_lane_t *lanes, uint8_t *l, uint8_t *d, uint64_t region,
+                          uint64_t slot_bytes, uint64_t max_bytes, uint64_t tag, int rank, int peer,
+                          uint64_t k0, uint32_t msgs, int last, unsigned long long *flushes,
+                          unsigned long long *bad, gt_result_t *res, unsigned long long *status) {
+    const int b = (int)blockIdx.x, warp = (int)(threadIdx.x / 32), t = (int)(threadIdx.x % 32);
+    const soak_lane_t *ln = &lanes[b];
+    uint8_t *src0 = l + (uint64_t)b * region, *dst0 = d + (uint64_t)b * region;
+    if (warp == 0) {
+        for (uint64_t k = k0; k < k0 + msgs; k++) {
+            const soak_geom_t g = soak_geom(tag, rank, b, k, max_bytes);
+            const uint64_t so = (uint64_t)b * region + g.slot * slot_bytes + g.off, dof = so;
+            const uint32_t w = ((uint32_t)b << 16) | (uint32_t)(k - k0) << 4;
+            if (t == 0 && k >= 2) {
+                pc_note(status, cchan_port_channel_wait(&ln->credit), w | 1);
+                pc_note(status, cchan_port_channel_flush(&ln->data), w | 2);
+                flushes[b]++;
+            }
+            __syncwarp();
+            gt_dev_fill(src0 + g.slot * slot_bytes + g.off, g.bytes,
+                        soak_data_seed(tag, rank, b, k), 0, (uint32_t)t, 32);
+            __syncwarp();
+            if (t == 0) soak_send(ln, g, so, dof, w, flushes, status);
+            __syncwarp();
+        }
+        if (t == 0 && last) {
+            /* The last two credits, and a flush: every counter settles. */
+            const uint64_t end = k0 + msgs;
+            for (uint64_t k = end >= 2 ? end - 2 : 0; k < end; k++)
+                pc_note(status, cchan_port_channel_wait(&ln->credit), ((uint32_t)b << 16) | 15);
+            pc_note(status, cchan_port_channel_flush(&ln->data), ((uint32_t)b << 16) | 15);
+            flushes[b]++;
+        }
+    } else if (warp == 1) {
+        for (uint64_t k = k0; k < k0 + msgs; k++) {
+            const soak_geom_t g = soak_geom(tag, peer, b, k, max_bytes);
+            uint8_t *at = dst0 + g.slot * slot_bytes + g.off;
+            const uint32_t w = ((uint32_t)b << 16) | (uint32_t)(k - k0) << 4;
+            if (t == 0) {
+                /* Every third message polled for a while; then a wait, which has the deadline. */
+                int got = 0;
+                for (int i = 0; k % 3 == 2 && i < 4096 && !got; i++)
+                    got = cchan_port_channel_poll(&ln->data);
+                if (!got) pc_note(status, cchan_port_channel_wait(&ln->data), w | 1);
+            }
+            __syncwarp();
+            unsigned long long nb =
+                gt_dev_check(at, g.bytes, soak_data_seed(tag, peer, b, k), 0, 0, (uint32_t)t, 32,
+                             res) +
+                gt_dev_check_byte(at - SOAK_GUARD, SOAK_GUARD, GT_POISON, 0, (uint32_t)t, 32, res) +
+                gt_dev_check_byte(at + g.bytes, SOAK_GUARD, GT_POISON, 0, (uint32_t)t, 32, res);
+            if (nb) {
+                atomicAdd(&bad[b], nb);
+                atomicCAS(&bad[SOAK_MAX_LANES + b], 0ull, k + 1);
+            }
+            __syncwarp();
+            gt_dev_set(at - SOAK_GUARD, g.bytes + 2 * SOAK_GUARD, (uint8_t)GT_POISON, (uint32_t)t,
+                       32);
+            __syncwarp();
+            if (t == 0) {
+                __threadfence_system();
+                pc_note(status, cchan_port_channel_signal(&ln->credit), w | 2);
+            }
+        }
+        if (t == 0 && last)
+            pc_note(status, cchan_port_channel_flush(&ln->credit), ((uint32_t)b << 16) | 3);
+    }
+}
+
+static uint64_t soak_env(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 0) : dflt;
+}
+
+static void case_soak(gt_ctx_t *ctx) {
+    const uint64_t tag = gt_hash_name("soak");
+    const double seconds = (double)soak_env("CCHAN_PC_SOAK_SECONDS", 5);
+    const uint64_t max_bytes = soak_env("CCHAN_PC_SOAK_MAX_BYTES", 64 * GT_MiB);
+    const int nl = (int)soak_env("CCHAN_PC_SOAK_LANES", 8);
+    const uint64_t slot_bytes = (max_bytes + 2 * SOAK_GUARD + 16 + 255) & ~255ull;
+    const uint64_t region = 2 * slot_bytes;
+    if (nl < 1 || nl > SOAK_MAX_LANES || max_bytes < 1 || (uint64_t)nl * region > PC_BUF_BYTES) {
+        gt_fail(ctx, "soak: %d lanes of %llu B do not fit (1..%d lanes, %llu B in all)", nl,
+                (unsigned long long)max_bytes, SOAK_MAX_LANES, (unsigned long long)PC_BUF_BYTES);
+        return;
+    }
+    cchan_sem_set_t *set = pc_sems(ctx, 2 * nl);
+    soak_lane_t h[SOAK_MAX_LANES], *dl;
+    char ids[512] = "";
+    for (int b = 0; b < nl; b++) {
+        h[b].data = pc_channel(ctx, g_pc.proxy, set, b);
+        h[b].credit = pc_channel(ctx, g_pc.proxy, set, nl + b);
+        size_t len = strlen(ids);
+        snprintf(ids + len, sizeof ids - len, "%s%d:%u/%u", b ? " " : "", b, h[b].data.ctl.id,
+                 h[b].credit.ctl.id);
+    }
+    if (ctx->rank == 0)
+        gt_log(ctx, "soak: %d lanes, sizes to %llu B, %.0f s; lane:data/credit diag ids %s", nl,
+               (unsigned long long)max_bytes, seconds, ids);
+    GT_CUDA(cudaMalloc((void **)&dl, sizeof h));
+    GT_CUDA(cudaMemcpy(dl, h, sizeof h, cudaMemcpyHostToDevice));
+    unsigned long long *flushes, *bad, *status;
+    GT_CUDA(cudaMalloc((void **)&flushes, SOAK_MAX_LANES * sizeof *flushes));
+    GT_CUDA(cudaMalloc((void **)&bad, 2 * SOAK_MAX_LANES * sizeof *bad));
+    GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
+    GT_CUDA(cudaMemset(flushes, 0, SOAK_MAX_LANES * sizeof *flushes));
+    GT_CUDA(cudaMemset(bad, 0, 2 * SOAK_MAX_LANES * sizeof *bad));
+    GT_CUDA(cudaMemset(status, 0, sizeof *status));
+    gt_poison(ctx, g_pc.d, (uint64_t)nl * region);
+    gt_result_reset(ctx);
+    GT_SYNC(ctx);
+    gt_barrier(ctx);
+    const double t0 = gt_now_ms();
+    uint64_t k = 0, groups = 0;
+    for (int done = 0; !done && ctx->case_ok;) {
+        int up = gt_now_ms() - t0 >= seconds * 1e3, all[GT_MAX_RANKS];
+        gt_allgather(ctx, &up, all, sizeof up);
+        done = all[0];
+        for (int q = 0; q < SOAK_QUEUE; q++, k += SOAK_MSGS)
+            GT_LAUNCH(ctx, k_pc_soak, nl, 64, dl, g_pc.l, g_pc.d, region, slot_bytes, max_bytes,
+                      tag, ctx->rank, gt_peer(ctx), k, SOAK_MSGS, done && q == SOAK_QUEUE - 1,
+                      flushes, bad, ctx->res, status);
+        GT_SYNC(ctx);
+        groups++;
+        pc_expect_status(ctx, status, "soak");
+        unsigned long long nbad[2 * SOAK_MAX_LANES];
+        GT_CUDA(cudaMemcpy(nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < nl && ctx->case_ok; b++)
+            GT_EXPECT(ctx, nbad[b] == 0, "soak: lane %d: %llu bad bytes, first in message %llu", b,
+                      nbad[b], nbad[SOAK_MAX_LANES + b] - 1);
+    }
+    gt_barrier(ctx);
+    unsigned long long fl[SOAK_MAX_LANES];
+    GT_CUDA(cudaMemcpy(fl, flushes, sizeof fl, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < nl && ctx->case_ok; b++) {
+        char what[64];
+        snprintf(what, sizeof what, "soak lane %d data channel", b);
+        pc_expect_counters(ctx, what, &h[b].data, k, fl[b], k);
+        snprintf(what, sizeof what, "soak lane %d credit channel", b);
+        pc_expect_counters(ctx, what, &h[b].credit, k, 1, k);
+    }
+    if (ctx->rank == 0)
+        gt_log(ctx,
+               "soak: %llu messages per lane and direction (%llu groups of %d kernels) in "
+               "%.1f s",
+               (unsigned long long)k, (unsigned long long)groups, SOAK_QUEUE,
+               (gt_now_ms() - t0) / 1e3);
+    GT_CUDA(cudaFree(dl));
+    GT_CUDA(cudaFree(flushes));
+    GT_CUDA(cudaFree(bad));
+    GT_CUDA(cudaFree(status));
+}
+
 /* ------------------------------------------------------------------ a wait that times out
  *
  * In child processes (a trap ends the CUDA context), one pair per pair of ranks: the lower child
@@ -930,6 +1169,8 @@ static void pc_cases(gt_ctx_t *ctx) {
     gt_case(ctx, "flush_beside_full_grid", case_flush_beside_full_grid, 120,
             GT_PAIRS | GT_ONE_ROUND | GT_TRAPS);
     gt_case(ctx, "ring_lanes", case_ring_lanes, 120, GT_ALL);
+    gt_case(ctx, "soak", case_soak, 300 + (unsigned)soak_env("CCHAN_PC_SOAK_SECONDS", 5),
+            GT_PAIRS | GT_ONE_ROUND);
 }
 
 GT_MAIN({"test_port_channel_gpu", pc_setup, pc_cases, pc_teardown, to_child_prepare,
