@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,14 +262,26 @@ static void proxy_note_pending(cchan_proxy_t *p) {
                                   "%llu request(s) in the FIFO, %u channel(s) with work in flight",
                                   (unsigned long long)in_fifo, p->nactive);
     const char *sep = ": ";
-    for (uint32_t id = 0; id < CCHAN_TRIGGER_MAX_CHANNELS && len < sizeof p->pending_msg; id++) {
+    for (uint32_t id = 0; id < CCHAN_TRIGGER_MAX_CHANNELS; id++) {
         const cchani_port_channel_t *ch = __atomic_load_n(&p->channels[id], __ATOMIC_ACQUIRE);
         uint32_t q = queued ? queued[id] : 0;
         int inflight = ch ? ch->in_flight : 0;
         if (q == 0 && inflight == 0) continue;
-        len += (size_t)snprintf(p->pending_msg + len, sizeof p->pending_msg - len,
-                                "%schannel %u (peer %d) %u queued, %d in flight", sep, id,
-                                ch ? ch->peer : -1, q, inflight);
+        char what[256] = "";
+        if (inflight && ch->ops->size > offsetof(cchani_transport_ops_t, describe) &&
+            ch->ops->describe) {
+            what[0] = ' ';
+            what[1] = '(';
+            ch->ops->describe(ch, what + 2, sizeof what - 3);
+            strcat(what, ")");
+            CCHANI_WARN(CCHANI_SUB_PROXY,
+                        "proxy %p: channel %u (peer %d): %u queued, %d in flight%s", (void *)p, id,
+                        ch->peer, q, inflight, what);
+        }
+        if (len < sizeof p->pending_msg)
+            len += (size_t)snprintf(p->pending_msg + len, sizeof p->pending_msg - len,
+                                    "%schannel %u (peer %d) %u queued, %d in flight%s", sep, id,
+                                    ch ? ch->peer : -1, q, inflight, what);
         sep = "; ";
     }
     free(queued);

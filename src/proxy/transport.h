@@ -62,6 +62,9 @@ typedef struct cchani_transport_ops {
     int (*progress)(cchani_port_channel_t *ch);
     /* Waits for the channel's issued work (bounded by the hardware) and frees ch->transport. */
     void (*close)(cchani_port_channel_t *ch);
+    /* Optional: writes what the channel has in flight, for the report of work left at stop (a
+     * flush that never completes: is it waiting for a copy, or was it never queued?). */
+    void (*describe)(const cchani_port_channel_t *ch, char *buf, size_t n);
 } cchani_transport_ops_t;
 
 /* The proxy's view of a port channel. */

@@ -27,6 +27,7 @@
 #if defined(CCHAN_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "transport.h"
@@ -52,6 +53,7 @@ typedef struct dma_channel {
     uint32_t cap;
     uint32_t first; /* oldest pending completion */
     uint32_t count; /* pending completions */
+    int last_query; /* cudaError_t of the last poll of the oldest completion (for reports) */
     uint8_t *staging; /* pinned host buffer when src and dst are on the same GPU; else NULL */
 } dma_channel_t;
 
@@ -112,7 +114,7 @@ static int dma_completion_after_copies(cchani_port_channel_t *ch, dma_completion
     dma_completion_t *c = &dc->ring[(dc->first + dc->count) & (dc->cap - 1)];
     c->signal = 0;
     c->flush = 0;
-    if (ch->timing) c->queued_ns = cchani_now_ns();
+    c->queued_ns = cchani_now_ns(); /* once per completion: reports say how long it waited */
     dc->count++;
     dc->unfenced = 0;
     dc->newest_open = 1;
@@ -227,6 +229,7 @@ static int dma_progress(cchani_port_channel_t *ch) {
     while (dc->count) {
         const char *call;
         cudaError_t e = dma_query_oldest(dc, &call);
+        dc->last_query = (int)e;
         if (e == cudaErrorNotReady) break;
         dma_completion_t *c = &dc->ring[dc->first];
         dc->first = (dc->first + 1) & (dc->cap - 1);
@@ -244,6 +247,22 @@ static int dma_progress(cchani_port_channel_t *ch) {
             return dma_error(ch, "cudaStreamQuery", e);
     }
     return (int)dc->count + dc->unfenced;
+}
+
+static void dma_describe(const cchani_port_channel_t *ch, char *buf, size_t n) {
+    const dma_channel_t *dc = ch->transport;
+    if (dc->count == 0) {
+        snprintf(buf, n, "dma: no completion pending, copies %s", dc->unfenced ? "unseen" : "done");
+        return;
+    }
+    const dma_completion_t *c = &dc->ring[dc->first];
+    snprintf(buf, n,
+             "dma: %u completion(s) pending; oldest (signal %llu, flush %llu) queued %.3f s ago, "
+             "%s, last poll %s; copies after the newest: %s",
+             dc->count, (unsigned long long)c->signal, (unsigned long long)c->flush,
+             (double)(cchani_now_ns() - c->queued_ns) / 1e9,
+             dc->newest_open && dc->count == 1 ? "open (cudaStreamQuery)" : "event",
+             cudaGetErrorName((cudaError_t)dc->last_query), dc->unfenced ? "yes" : "no");
 }
 
 static void dma_release(dma_channel_t *dc) {
@@ -331,6 +350,7 @@ const cchani_transport_ops_t cchani_transport_dma = {
     .flush = dma_flush,
     .progress = dma_progress,
     .close = dma_close,
+    .describe = dma_describe,
 };
 
 #endif /* CCHAN_HAVE_CUDA */

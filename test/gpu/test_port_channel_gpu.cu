@@ -88,6 +88,20 @@ static void pc_expect_status(gt_ctx_t *ctx, const unsigned long long *dev_status
               (int)(uint32_t)st, cchan_strerror((int)(uint32_t)st), st >> 32);
 }
 
+/* GT_SYNC, but when a kernel failed (a port-channel wait trapped at its deadline) it first stops
+ * the proxy: its report of the work left says, per channel, how many requests were still in the
+ * FIFO and what the transport was waiting for (dma: the pending completion, its signal and flush,
+ * its age and the last poll), which tells a copy that never completed from a request that never
+ * reached the proxy. */
+static void pc_sync(gt_ctx_t *ctx, const char *what) {
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    if (e == cudaSuccess) return;
+    int st = cchan_proxy_stop(g_pc.proxy, 0);
+    gt_log(ctx, "%s: the kernel failed; proxy stop = %d (%s): %s", what, st, cchan_strerror(st),
+           cchan_last_error());
+    gt_fatal_cuda("cudaStreamSynchronize", e, __FILE__, __LINE__);
+}
+
 /* ------------------------------------------------------------------ every operation, one thread */
 
 #define OPS_ITERS 70
@@ -828,7 +842,7 @@ static void case_ring_lanes(gt_ctx_t *ctx) {
         const int lanes = (call / 5) % 2 ? RL_LANES : 1, in_place = (call / 10) % 2;
         GT_LAUNCH(ctx, k_pc_ring_lanes, lanes, 32, A, in_place ? A : B, bytes, status);
     }
-    GT_SYNC(ctx);
+    pc_sync(ctx, "ring_lanes");
     double ms = gt_now_ms() - t0;
     gt_barrier(ctx);
     pc_expect_status(ctx, status, "ring_lanes");
@@ -1049,7 +1063,7 @@ static void case_soak(gt_ctx_t *ctx) {
             GT_LAUNCH(ctx, k_pc_soak, nl, 64, dl, g_pc.l, g_pc.d, region, slot_bytes, max_bytes,
                       tag, ctx->rank, gt_peer(ctx), k, SOAK_MSGS, done && q == SOAK_QUEUE - 1,
                       flushes, bad, ctx->res, status);
-        GT_SYNC(ctx);
+        pc_sync(ctx, "soak");
         groups++;
         pc_expect_status(ctx, status, "soak");
         unsigned long long nbad[2 * SOAK_MAX_LANES];

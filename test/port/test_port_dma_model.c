@@ -239,6 +239,29 @@ static void test_other_gpu_copies_direct(void **state) {
     assert_int_equal(mock_cuda.live_host_allocs, 0);
 }
 
+/* What stop reports for a channel with work left: the pending completion, what it owes and how
+ * its last poll went, so that a flush that never completes tells a copy still running from a
+ * request that never reached the transport. */
+static void test_describe_pending(void **state) {
+    fixture_t *f = *state;
+    char buf[256];
+    f->ch.ops->describe(&f->ch, buf, sizeof buf);
+    assert_non_null(strstr(buf, "no completion pending, copies done"));
+    put_slot(f, 0);
+    signal(f);
+    flush(f);
+    assert_int_equal(progress(f), 1);
+    f->ch.ops->describe(&f->ch, buf, sizeof buf);
+    print_message("%s\n", buf);
+    assert_non_null(strstr(buf, "1 completion(s) pending; oldest (signal 1, flush 1)"));
+    assert_non_null(strstr(buf, "open (cudaStreamQuery)"));
+    assert_non_null(strstr(buf, "last poll cudaErrorNotReady"));
+    mock_gpu_step(f->stream, 1);
+    assert_int_equal(progress(f), 0);
+    f->ch.ops->describe(&f->ch, buf, sizeof buf);
+    assert_non_null(strstr(buf, "no completion pending"));
+}
+
 static void test_close_waits_for_copies(void **state) {
     fixture_t *f = *state;
     put_slot(f, 7);
@@ -306,6 +329,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fast_path_after_copies_seen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ring_grows_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_failure_names_channel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_describe_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_waits_for_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_gpu_stages_through_host, setup_same_gpu,
