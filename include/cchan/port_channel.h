@@ -155,6 +155,21 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_transport_failed(const cchan_port_cha
     return cause ? -cause : CCHAN_ERR_INTERNAL;
 }
 
+/* A wait of the channel found its transport failed (slow path): CCHAN_OK when the counter has
+ * arrived all the same (the proxy stores the failure before it completes the flushes it holds),
+ * else the failure, recorded. */
+CCHAN_DEVICE_INLINE int cchan_port_channel_wait_failed(const cchan_port_channel_t *ch,
+                                                       const uint64_t *p, uint64_t target,
+                                                       uint32_t kind, int failed) {
+    uint64_t v = cchan_load_acquire_sys_u64(p);
+    if (v >= target) return CCHAN_OK;
+    if (kind == CCHAN_WAIT_FLUSH) {
+        int r = cchan_port_channel_check_dropped(ch, target);
+        if (r) return r;
+    }
+    return cchan_device_fail(&ch->ctl, CCHAN_FAIL_DROPPED, target, v, 0, failed);
+}
+
 /* Spins until *p >= target, like cchan_wait_geq_u64, but also ends when the channel's transport
  * has failed, with the cause (recorded as CCHAN_FAIL_DROPPED, expected = target, observed = the
  * counter): a counter that a failed transport would have raised never moves, and no deadline need
@@ -163,40 +178,37 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_transport_failed(const cchan_port_cha
 CCHAN_DEVICE_INLINE int cchan_port_channel_wait_counter(const cchan_port_channel_t *ch,
                                                         const uint64_t *p, uint64_t target,
                                                         uint32_t kind) {
-    if (CCHAN_LIKELY(cchan_load_acquire_sys_u64(p) >= target) || ch->dropped == NULL)
-        return cchan_wait_geq_u64(p, target, &ch->ctl, kind);
+    /* One load on the fast path: on a GPU the counter is host memory, a load a PCIe round trip. */
+    uint64_t v = cchan_load_acquire_sys_u64(p);
+    if (CCHAN_LIKELY(v >= target)) return cchan_wait_done(&ch->ctl, kind, target, v);
+    if (ch->dropped == NULL) return cchan_wait_geq_u64(p, target, &ch->ctl, kind);
     cchan_deadline_t d;
     cchan_deadline_init(&d);
-    uint64_t v;
-    while ((v = cchan_load_acquire_sys_u64(p)) < target) {
 #if !defined(CCHAN_BACKEND_HOST)
-        /* No deadline: the bare poll of cchan_wait_geq_u64, so a signal is seen one load after it
-         * lands; the abort and failure words once every CCHAN_WAIT_CLOCK_STRIDE spins. */
-        if (ch->ctl.timeout_ns == 0) {
-            if (CCHAN_LIKELY((++d.iter % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
+    /* No deadline: the bare poll of cchan_wait_geq_u64, so a signal is seen one load after it
+     * lands; the abort and failure words once every CCHAN_WAIT_CLOCK_STRIDE spins. */
+    if (ch->ctl.timeout_ns == 0) {
+        uint32_t it = 0;
+        while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+            if (CCHAN_LIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
             if (CCHAN_UNLIKELY(cchan_wait_aborted(&ch->ctl) != 0))
                 return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
-        } else
-#endif
-        {
-            if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, &ch->ctl)))
-                return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
-            if (CCHAN_LIKELY((d.iter % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
+            int failed = cchan_port_channel_transport_failed(ch);
+            if (CCHAN_UNLIKELY(failed != CCHAN_OK))
+                return cchan_port_channel_wait_failed(ch, p, target, kind, failed);
         }
-        int failed = cchan_port_channel_transport_failed(ch);
-        if (CCHAN_UNLIKELY(failed != CCHAN_OK)) {
-            /* The proxy stores the failure before it completes the flushes it holds: a counter
-             * that has arrived meanwhile is still a success. */
-            v = cchan_load_acquire_sys_u64(p);
-            if (v >= target) break;
-            if (kind == CCHAN_WAIT_FLUSH) {
-                int r = cchan_port_channel_check_dropped(ch, target);
-                if (r) return r;
-            }
-            return cchan_device_fail(&ch->ctl, CCHAN_FAIL_DROPPED, target, v, 0, failed);
-        }
+        return CCHAN_OK;
     }
-    return cchan_wait_geq_u64(p, target, &ch->ctl, kind);
+#endif
+    while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+        if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, &ch->ctl)))
+            return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
+        if (CCHAN_LIKELY((d.iter % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
+        int failed = cchan_port_channel_transport_failed(ch);
+        if (CCHAN_UNLIKELY(failed != CCHAN_OK))
+            return cchan_port_channel_wait_failed(ch, p, target, kind, failed);
+    }
+    return cchan_wait_done(&ch->ctl, kind, target, v);
 }
 
 /* Waits until the proxy reports this channel's n-th flush complete. */
