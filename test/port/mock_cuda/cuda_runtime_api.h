@@ -178,6 +178,12 @@ static cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, con
 
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 
+/* The proxy asks for the GPU's PCI address to pin its thread near it (no GPU here). */
+static cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
+    (void)bus, (void)len, (void)device;
+    return cudaErrorInvalidValue;
+}
+
 static const char *cudaGetErrorName(cudaError_t e) {
     return e == cudaErrorNotReady ? "cudaErrorNotReady"
            : e                    ? "cudaErrorInvalidValue"
