@@ -207,6 +207,9 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     acc += cchan_port_channel_put_signal(&a.pc, 0, 0, 64);
     acc += cchan_port_channel_flush_wait(&a.pc, 1);
     acc += cchan_port_channel_check_dropped(&a.pc, 1);
+    acc += cchan_port_channel_transport_failed(&a.pc);
+    acc += cchan_port_channel_wait_failed(&a.pc, a.pc.flush_done, 1, CCHAN_WAIT_FLUSH, 0);
+    acc += cchan_port_channel_wait_counter(&a.pc, a.pc.inbound, 1, CCHAN_WAIT_SEMAPHORE);
     acc += cchan_port_channel_flush(&a.pc);
     acc += cchan_port_channel_put_signal_flush(&a.pc, 0, 0, 64);
     acc += cchan_port_channel_wait(&a.pc);
