@@ -551,14 +551,14 @@ static void lat_remote_add(gpu_t *g, lat_ctx_t *L) {
     /* The same raw ping-pong on the semaphore's own counters: separates what cchan's code costs
      * from what the counters' addresses cost (where a word lives, in which L2 slice, moves a
      * one-way hop by tens of ns). The semaphore's expected counts are advanced by the same number
-     * of signals afterwards, so later waits stay in step. */
-    if (!in_pair(g)) return;
+     * of signals afterwards, so later waits stay in step. Every rank takes part (the ping-pong
+     * is collective); only the pair touches the channel. */
     const cchan_memory_channel_t ch = L->ch;
     cb_row_t at;
     cb_row_init(&at, "mem-lat", "raw-red-add-at-semaphore", "raw-flag", "ns", 0, 1, 1);
     at.base = L->sig.base;
     uint64_t sem_base = 0, expected = 0;
-    CK(cudaMemcpy(&sem_base, ch.sem.inbound, sizeof sem_base, cudaMemcpyDefault));
+    if (in_pair(g)) CK(cudaMemcpy(&sem_base, ch.sem.inbound, sizeof sem_base, cudaMemcpyDefault));
     pingpong(
         g, 1, iters, 0.5, "remote-add flag ping-pong on the semaphore's counters",
         [&](int initiator, int rec, size_t smem) {
@@ -567,9 +567,11 @@ static void lat_remote_add(gpu_t *g, lat_ctx_t *L) {
                                                       g->d_ts);
         },
         &at.value);
-    CK(cudaMemcpy(&expected, ch.sem.expected, sizeof expected, cudaMemcpyDefault));
-    expected += (uint64_t)(warm + iters);
-    CK(cudaMemcpy(ch.sem.expected, &expected, sizeof expected, cudaMemcpyDefault));
+    if (in_pair(g)) {
+        CK(cudaMemcpy(&expected, ch.sem.expected, sizeof expected, cudaMemcpyDefault));
+        expected += (uint64_t)(warm + iters);
+        CK(cudaMemcpy(ch.sem.expected, &expected, sizeof expected, cudaMemcpyDefault));
+    }
     cb_printf(ctx, "#   the same remote-add ping-pong on the semaphore's own counters "
                    "(cchan's addresses, no cchan code):\n");
     cb_lat_row(ctx, &at);
