@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the scripts/device-*.sh that start ranks with cchan-run.
+# Sourced by scripts/gpu-check and scripts/gpu-compare.sh, which start ranks with cchan-run.
 #
 # NRANKS: one rank per visible GPU (2 to 8) unless the caller set it, so that the same scripts serve
 # machines of 1, 2, 4 and 8 GPUs (one GPU: 2 ranks sharing it).

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by scripts/device-bwprobe.sh and device-flagprobe.sh (which export NCCL_NVLS_ENABLE=0).
+# Sourced by scripts/gpu-check (stages bwprobe and flagprobe, which export NCCL_NVLS_ENABLE=0).
 #   probe_run NAME SOURCE TIMEOUT DEFAULT_RUNS [NVCC_ARGS...]
 # builds bench/SOURCE (a standalone probe, no cchan library; foo_probe.cu becomes
 # $OUT/cchan-foo-probe) for sm_90 and runs it once per argument set of PROBE_RUNS (sets separated

@@ -4,7 +4,7 @@
 # sharing one GPU run under CUDA MPS, which every table names). Ratios between the two are fair on
 # any setup; figures from ranks sharing a GPU say nothing about links.
 #
-#   BASE=/path/to/other/checkout scripts/device-compare.sh [lat] [coll] [moe]   (default: lat coll)
+#   BASE=/path/to/other/checkout scripts/gpu-compare.sh [lat] [coll] [moe]   (default: lat coll)
 #
 #   lat   cchan-bench mem-lat (signal->wait, LL8/LL16) and port-lat
 #   coll  cchan-coll-bench AllReduce, AllGather, ReduceScatter, cchan rows only, CUDA graphs to 4 MiB
