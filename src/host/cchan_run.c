@@ -73,7 +73,8 @@ static int parse_number(const char *flag, const char *text, double lo, double hi
     char *end;
     errno = 0;
     double v = text ? strtod(text, &end) : 0;
-    if (!text || errno || end == text || *end || v < lo || v > hi) {
+    /* written so that NaN fails too: every comparison with it is false */
+    if (!text || errno || end == text || *end || !(v >= lo && v <= hi)) {
         fprintf(stderr, "cchan-run: %s needs a number in %g..%g\n", flag, lo, hi);
         return -1;
     }

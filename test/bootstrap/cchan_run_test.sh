@@ -57,6 +57,14 @@ expect_status "not executable" 127 5 -n 2 "$TMP/does-not-exist"
 expect_status "usage" 2 5 -n 0 true
 expect_status "usage without command" 2 5 -n 2
 
+# A value that is not a number in range is refused, NaN included (it compares false with every
+# bound, and a --timeout of NaN would have meant no timeout at all).
+for bad in "--timeout nan" "--grace nan" "--timeout -nan" "--timeout inf" "-n nan" "--timeout 1e8"; do
+    # shellcheck disable=SC2086 # the flag and its value are two words
+    expect_status "refused: $bad" 2 5 $bad -n 1 true
+    grep -q "needs a number in" "$TMP/err" || fail "refused: $bad: no message naming the range"
+done
+
 # A failed rank gives the others --grace seconds, then they are killed, children included.
 expect_status "grace period" 5 8 -n 3 --grace 1 sh -c \
     'if [ "$CCHAN_RANK" = 0 ]; then exit 5; fi; sleep 300 & echo $! >"'"$TMP"'/child.$CCHAN_RANK"; wait'
