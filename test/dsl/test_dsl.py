@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 import unittest
+import unittest.mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -18,7 +19,7 @@ sys.path.insert(0, HERE)
 import broken  # noqa: E402
 from cchan.dsl import (AllGather, AllReduce, ChunkRangeError, Custom, DeadlockError,  # noqa: E402
                        DslError, MissingSignalError, PlanFormatError, PostconditionError,
-                       Program, RaceError, UnknownChannelError, UnknownPeerError)
+                       Program, RaceError, TBGroup, UnknownChannelError, UnknownPeerError)
 from cchan.dsl import __main__ as cli  # noqa: E402
 from cchan.dsl import compiler, lower, plans, schema, show  # noqa: E402
 
@@ -176,6 +177,230 @@ class PlanChecks(unittest.TestCase):
             compiler.verify_plan(doc)
 
 
+def _strip_syncs(doc):
+    """The plan without its block-level syncs (loop bodies shortened to match)."""
+    n = 0
+    for r in doc["ranks"]:
+        for t in r["threadblocks"]:
+            out, loop = [], None
+            for o in t["ops"]:
+                if o["op"] == "loop":
+                    loop = dict(o)
+                    out.append(loop)
+                    left = o["body"]
+                    continue
+                inside = loop is not None and left > 0
+                left = left - 1 if loop is not None else 0
+                if o["op"] == "sync":
+                    n += 1
+                    if inside:
+                        loop["body"] -= 1
+                    continue
+                out.append(o)
+            t["ops"] = out
+    return n
+
+
+class VerifierHoles(unittest.TestCase):
+    """Programs and plans the verifier got wrong, each with the answer it must give."""
+
+    def test_group_put_packets(self):
+        # MSCCL++'s multi-node LL AllReduce: a group of blocks writes one packet area, each
+        # block its share of the range.
+        prog = Program("g", AllReduce(2), protocol="ll16")
+        for r in range(2):
+            ch = prog.memory_channel(r, 1 - r)
+            ch.put_packets(prog.scratch(1 - r)[0], prog.input(r)[0], TBGroup([0, 1]))
+            prog.reduce_packets(prog.output(r)[0], [prog.input(r)[0], prog.scratch(r)[0]],
+                                TBGroup([0, 1]))
+        doc = prog.compile()
+        compiler.verify_plan(doc)
+        # the same group writing the area again is still a second write
+        prog = Program("g", AllReduce(2), protocol="ll16")
+        for r in range(2):
+            ch = prog.memory_channel(r, 1 - r)
+            for _ in range(2):
+                ch.put_packets(prog.scratch(1 - r)[0], prog.input(r)[0], TBGroup([0, 1]))
+            prog.reduce_packets(prog.output(r)[0], [prog.input(r)[0], prog.scratch(r)[0]],
+                                TBGroup([0, 1]))
+        with self.assertRaisesRegex(RaceError, "second time"):
+            prog.compile()
+
+    def test_loop_balance_at_every_iteration_count(self):
+        # 2 signals outside any loop, 1 wait per iteration: in step only at 2 iterations.
+        prog = Program("l", Custom(2, 1, 1, None), loop_unit=1 << 20)
+        a, b = prog.memory_channel(0, 1), prog.memory_channel(1, 0)
+        a.signal(0)
+        a.signal(0)
+        with prog.loop():
+            line = sys._getframe().f_lineno + 1
+            b.wait(0)
+        with self.assertRaises(MissingSignalError) as cm:
+            prog.compile()
+        self.assertIn(f"{__file__}:{line}:", str(cm.exception))
+        self.assertIn("per loop iteration", str(cm.exception))
+
+    def test_loop_run_checked_at_one_and_three_iterations(self):
+        from cchan.dsl import simulate
+        from cchan.dsl.algorithms import ring
+        seen = []
+        real = simulate.simulate
+        with unittest.mock.patch.object(simulate, "simulate",
+                                        lambda ir, iters=1: seen.append(iters) or real(ir, iters)):
+            ring.program(4).compile()
+        self.assertEqual(seen, [1, 2, 3])
+
+    def test_verify_checks_block_syncs(self):
+        with open(os.path.join(ROOT, "plans", "reducescatter_ring_port.n4.json")) as f:
+            doc = json.load(f)
+        compiler.verify_plan(json.loads(json.dumps(doc)))
+        self.assertGreater(_strip_syncs(doc), 0)
+        with self.assertRaisesRegex(RaceError, "sync is missing"):
+            compiler.verify_plan(doc)
+
+    def test_out_of_place_input_is_read_only(self):
+        from cchan.dsl import InputWriteError
+        prog = Program("w", AllReduce(2))
+        for r in range(2):
+            ch = prog.memory_channel(r, 1 - r)
+            ch.signal(0)
+            ch.wait(0)
+            ch.put(prog.scratch(1 - r)[0], prog.input(r)[0], 0)
+            ch.signal(0)
+            ch.wait(0)
+            line = sys._getframe().f_lineno + 1
+            prog.reduce(prog.input(r)[0], [prog.input(r)[0], prog.scratch(r)[0]], 0)
+            prog.copy(prog.output(r)[0], prog.input(r)[0], 0)
+        with self.assertRaises(InputWriteError) as cm:
+            prog.compile()
+        self.assertIn(f"{__file__}:{line}:", str(cm.exception))
+        self.assertIn("read-only", str(cm.exception))
+
+    def _pairs(self, n, barrier):
+        """Ranks 2k and 2k+1 swap their input; rank n-1 alone when n is odd (a copy)."""
+        def post(r, c):
+            return {(c, 0): 1} if c == r or (c == r ^ 1 and c < n) else None
+        prog = Program("pairs", Custom(n, 1, n, post))
+        for r in range(n):
+            prog.copy(prog.output(r)[r], prog.input(r)[0], 0)
+        for r in range(0, n - 1, 2):
+            barrier(prog, [r, r + 1])
+        for r in range(n - n % 2):
+            prog.memory_channel(r, r ^ 1).put(prog.output(r ^ 1)[r], prog.input(r)[0], 0)
+        for r in range(0, n - 1, 2):
+            barrier(prog, [r, r + 1])
+        return prog
+
+    def test_subset_barrier(self):
+        doc = self._pairs(3, lambda prog, ranks: prog.barrier(0, ranks=ranks)).compile()
+        ops = [[o["op"] for o in r["threadblocks"][0]["ops"]] for r in doc["ranks"]]
+        self.assertEqual(ops[2], ["copy"])  # rank 2 is not held up by the pair's barriers
+        self.assertEqual(ops[0], ["copy", "signal", "wait", "put", "signal", "wait"])
+        self.assertNotIn("barrier", json.dumps(doc))
+        compiler.verify_plan(doc)
+        # a barrier over every rank stays the plan's barrier
+        doc = self._pairs(2, lambda prog, ranks: prog.barrier(0)).compile()
+        self.assertEqual([o["op"] for o in doc["ranks"][0]["threadblocks"][0]["ops"]],
+                         ["copy", "barrier", "put", "barrier"])
+
+    def test_subset_barrier_orders_only_its_members(self):
+        # Rank 2 reads rank 0's output after a barrier of ranks 0 and 1 only: a race.
+        prog = Program("b", Custom(3, 1, 3, lambda r, c: None))
+        ch20 = prog.memory_channel(2, 0)
+        ch02 = prog.memory_channel(0, 2)
+        ch02.signal(1)
+        ch20.wait(1)
+        prog.copy(prog.output(0)[0], prog.input(0)[0], 0)
+        prog.barrier(0, ranks=[0, 1])
+        ch20.get(prog.output(2)[0], prog.output(0)[0], 1)
+        ch20.signal(1)
+        ch02.wait(1)
+        with self.assertRaisesRegex(RaceError, "output\\[0\\] of rank 0"):
+            prog.compile()
+
+    def test_executor_limits_at_compile_time(self):
+        from cchan.dsl import ExecutorLimitError
+        from cchan.dsl.vocabulary import LIMITS
+        n = LIMITS["max_channels"] + 1
+        prog = Program("many", Custom(2, 1, 1, None))
+        for i in range(n):
+            for r in range(2):
+                prog.memory_channel(r, 1 - r, index=i).signal(0)
+            for r in range(2):
+                prog.memory_channel(r, 1 - r, index=i).wait(0)
+        with self.assertRaisesRegex(ExecutorLimitError, f"channels of rank 0: {n}"):
+            prog.compile()
+        doc = AllGatherProgram.build(2).compile()
+        for r in doc["ranks"]:
+            r["channels"][0]["index"] = LIMITS["max_channel_index"] + 1
+        with self.assertRaisesRegex(ExecutorLimitError, "index"):
+            compiler.verify_plan(doc)
+        for key, field, value in (("max_blocks", "tbg_size", LIMITS["max_blocks"] + 1),):
+            doc = AllGatherProgram.build(2).compile()
+            op = doc["ranks"][0]["threadblocks"][0]["ops"][2]
+            op["tbg_index"], op[field] = 0, value
+            with self.assertRaisesRegex(ExecutorLimitError, key):
+                compiler.verify_plan(doc)
+
+    def test_custom_postcondition_is_kept(self):
+        post = lambda rank, chunk: {(0, 0): 1} if rank == 1 else None  # noqa: E731
+        prog = Program("send", Custom(2, 1, 1, post), instances=2)
+        ch, back = prog.memory_channel(0, 1), prog.memory_channel(1, 0)
+        back.signal(0)
+        ch.wait(0)
+        ch.put(prog.output(1)[0], prog.input(0)[0], 0)
+        ch.signal(0)
+        back.wait(0)
+        doc = prog.compile()
+        self.assertEqual(doc["postcondition"], [[None, None], [[[0, 0, 1]], [[0, 1, 1]]]])
+        ir = compiler.verify_plan(json.loads(json.dumps(doc)))
+        self.assertEqual(lower.to_plan(ir), doc)
+        doc["postcondition"][1][0] = [[1, 0, 1]]  # rank 1 must now get its own chunk
+        with self.assertRaises(PostconditionError):
+            compiler.verify_plan(doc)
+
+
+class Vocabulary(unittest.TestCase):
+    """One source for the op set, channel kinds, buffers, protocols, collectives, data types
+    and limits: everything made from it or kept beside it is in step."""
+
+    def test_everything_in_step(self):
+        from cchan.dsl import vocabulary
+        self.assertEqual(vocabulary.drift(), [])
+
+    def test_drift_is_found(self):
+        from unittest import mock
+        from cchan.dsl import vocabulary
+        ops = vocabulary.OP_NAMES + ("teleport",)
+        with mock.patch.object(vocabulary, "OP_NAMES", ops):
+            text = "\n".join(vocabulary.drift())
+        for place in ("plan.schema.json", "enum exec_opcode", "exec_op_names",
+                      "the op table"):
+            self.assertIn(place, text)
+        with mock.patch.dict(vocabulary.LIMITS, {"max_channels": 65, "max_semaphores": 1}):
+            text = "\n".join(vocabulary.drift())
+        self.assertIn("exec_program.h: EXEC_MAX_CHANNELS", text)
+        self.assertIn("exec_plan.c: the loader's max_semaphores", text)
+        self.assertIn("the limits table", text)
+        with mock.patch.object(vocabulary, "DTYPES", ("f32",)):
+            self.assertIn("cchan_exec_dtype", "\n".join(vocabulary.drift()))
+
+    def test_ir_classes_come_from_it(self):
+        from cchan.dsl import ir, vocabulary
+        self.assertEqual(ir.OP_NAMES, vocabulary.OP_NAMES)
+        self.assertEqual(set(ir.CHANNEL_OPS), {o["name"] for o in vocabulary.V["ops"]
+                                               if o.get("channels")})
+        self.assertEqual(schema.plan_schema()["$defs"]["op"]["properties"]["op"]["enum"],
+                         list(vocabulary.OP_NAMES))
+
+    def test_cli(self):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            self.assertEqual(cli.main(["vocab", "--check"]), 0, err.getvalue())
+            self.assertEqual(cli.main(["vocab"]), 0)
+        self.assertIn("EXEC_OP_PUT_SIGNAL_FLUSH,", out.getvalue())
+
+
 class Features(unittest.TestCase):
     def test_fusion(self):
         doc = AllGatherProgram.build(2).compile()
@@ -292,6 +517,13 @@ class Features(unittest.TestCase):
         self.assertIn("color=blue", d)
 
 
+def _packets_per_member(self, a, op, s):
+    """The simulator's old rule: every member of a group writes the whole packet area."""
+    if s in self.packets:
+        self._race("writes LL packets a second time", a, op)
+    self.packets[s] = list(self.vc[a])
+
+
 class Mutations(unittest.TestCase):
     """Break one check at a time; the rejection tests that cover it must then fail."""
 
@@ -308,8 +540,8 @@ class Mutations(unittest.TestCase):
         return failed
 
     def test_each_mutation_is_caught(self):
-        from cchan.dsl import check, simulate, verify
-        R, P = Rejections, PlanChecks
+        from cchan.dsl import check, deps, simulate, verify
+        R, P, H = Rejections, PlanChecks, VerifierHoles
         mutations = [
             ("verifier accepts any output", verify.Verifier, "check", lambda self: None,
              [(R, "test_wrong_postcondition")]),
@@ -318,13 +550,20 @@ class Mutations(unittest.TestCase):
             ("end-of-run check removed", simulate.Simulator, "_check_end", lambda self: None,
              [(R, "test_race_read_before_signal"), (R, "test_port_put_not_flushed")]),
             ("signal/wait balance unchecked", check, "_check_balance", lambda *a: None,
-             [(R, "test_missing_signal")]),
+             [(R, "test_missing_signal"),
+              (H, "test_loop_balance_at_every_iteration_count")]),
             ("deadlocks ignored", simulate.Simulator, "_report_deadlock", lambda *a: None,
              [(R, "test_deadlock"), (R, "test_cyclic_waits")]),
             ("operation checks removed", check, "_check_op", lambda *a: None,
              [(P, "test_unknown_channel_index"), (P, "test_chunk_range")]),
             ("channel checks removed", check, "_check_channels", lambda *a: None,
              [(P, "test_unknown_peer")]),
+            ("executor limits unchecked", check, "_check_limits", lambda *a: None,
+             [(H, "test_executor_limits_at_compile_time")]),
+            ("block syncs of plans unchecked", deps, "check_syncs", lambda ir: ir,
+             [(H, "test_verify_checks_block_syncs")]),
+            ("group packets counted per member", simulate.Simulator, "_put_packets",
+             _packets_per_member, [(H, "test_group_put_packets")]),
         ]
         for what, target, attr, repl, tests in mutations:
             with self.subTest(mutation=what):

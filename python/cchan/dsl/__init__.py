@@ -4,13 +4,15 @@ See docs/dsl.md. Standard library only; importing it needs no C library and no G
 """
 from .collectives import AllGather, AllReduce, AllToAll, Broadcast, Custom, ReduceScatter
 from .errors import (ChannelUseError, ChunkRangeError, DeadlockError, DslError,
-                     MissingSignalError, PlanFormatError, PostconditionError, ProgramError,
-                     RaceError, UnknownChannelError, UnknownPeerError, UnmatchedSignalError)
+                     ExecutorLimitError, InputWriteError, MissingSignalError, PlanFormatError,
+                     PostconditionError, ProgramError, RaceError, UnknownChannelError,
+                     UnknownPeerError, UnmatchedSignalError)
 from .program import Program, TBGroup
 
 __all__ = [
     "Program", "TBGroup", "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast",
     "Custom", "DslError", "ChunkRangeError", "UnknownPeerError", "UnknownChannelError",
     "ChannelUseError", "MissingSignalError", "UnmatchedSignalError", "DeadlockError",
-    "RaceError", "PostconditionError", "PlanFormatError", "ProgramError",
+    "RaceError", "PostconditionError", "PlanFormatError", "ProgramError", "InputWriteError",
+    "ExecutorLimitError",
 ]

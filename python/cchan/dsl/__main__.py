@@ -1,4 +1,4 @@
-"""python3 -m cchan.dsl {compile,verify,show,plans}: see docs/dsl.md."""
+"""python3 -m cchan.dsl {compile,verify,show,plans,vocab}: see docs/dsl.md."""
 import argparse
 import json
 import os
@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from . import compiler, lower, plans, show
+from . import compiler, lower, plans, show, vocabulary
 from .errors import DslError
 
 
@@ -52,8 +52,9 @@ def cmd_verify(args):
     for path in args.plans:
         ir = compiler.verify_plan(_load(path))
         nops = sum(len(ops) for _, _, ops in ir.blocks())
-        post = "postcondition not checked (custom collective)" if \
-            ir.collective.kind == "custom" else "postcondition holds"
+        c = ir.collective
+        post = "postcondition not checked (a custom plan without one)" if \
+            c.kind == "custom" and c._post is None else "postcondition holds"
         print(f"{path}: {ir.collective.kind} over {ir.nranks} ranks, {nops} operations: schema, "
               f"synchronization, races, deadlock checked; {post}")
 
@@ -80,6 +81,32 @@ def cmd_plans(args):
     print(f"{len(names)} plans written to {args.output}", file=sys.stderr)
 
 
+def cmd_vocab(args):
+    if args.write:
+        with open(vocabulary.SCHEMA) as f:
+            sch = json.load(f)
+        with open(vocabulary.SCHEMA, "w") as f:
+            f.write(vocabulary.schema_text(vocabulary.schema_with_enums(sch)))
+        print(f"{vocabulary.SCHEMA}: enums written from vocabulary.json", file=sys.stderr)
+    if args.check or args.write:
+        bad = vocabulary.drift()
+        for line in bad:
+            print(line, file=sys.stderr)
+        if bad:
+            return 1
+        print("kernels/exec, plan.schema.json and docs/plan-format.md match vocabulary.json",
+              file=sys.stderr)
+        return 0
+    print("/* kernels/exec/exec_program.h */")
+    print(vocabulary.c_opcode_enum())
+    print("/* kernels/exec/exec_plan.c */")
+    print(vocabulary.c_name_table())
+    print("/* limits */")
+    for key, spec in vocabulary.V["limits"].items():
+        print(f"/* {key} = {spec['value']}: {spec['what']} */")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m cchan.dsl",
                                  description="Compile, verify and show cchan execution plans.")
@@ -102,13 +129,18 @@ def main(argv=None):
     p = sub.add_parser("plans", help="regenerate every shipped plan")
     p.add_argument("-o", "--output", default="plans")
     p.set_defaults(fn=cmd_plans)
+    w = sub.add_parser("vocab", help="the vocabulary: print the C tables, check or regenerate "
+                                     "what is made from it")
+    w.add_argument("--check", action="store_true",
+                   help="fail when kernels/exec, the schema or plan-format.md drifted")
+    w.add_argument("--write", action="store_true", help="regenerate plan.schema.json's enums")
+    w.set_defaults(fn=cmd_vocab)
     args = ap.parse_args(argv)
     try:
-        args.fn(args)
+        return args.fn(args) or 0
     except DslError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ means any value is accepted (a custom collective's don't-care chunk).
 from collections import Counter
 
 from .errors import ProgramError
+from .vocabulary import COLLECTIVES
 
-KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "custom")
+KINDS = COLLECTIVES
 
 
 class Collective:
@@ -151,8 +152,28 @@ class Custom(Collective):
         return Counter({(q, c * k + chunk % k): n for (q, c), n in want.items()})
 
 
-def from_plan(kind, nranks, in_chunks, out_chunks, root=None):
-    """The collective a plan document names, with its chunk counts."""
+def post_table(c):
+    """A custom collective's postcondition as the plan keeps it: per rank, per output chunk,
+    null (any value) or the sorted [rank, chunk, multiplicity] terms it must hold."""
+    rows = []
+    for r in range(c.nranks):
+        row = []
+        for k in range(c.out_chunks):
+            want = c.expected(r, k)
+            row.append(None if want is None else
+                       [[q, ch, n] for (q, ch), n in sorted(want.items())])
+        rows.append(row)
+    return rows
+
+
+def pre_table(c):
+    """Per rank, per input chunk: the [rank, chunk] term it starts with (custom `pre`)."""
+    return [[list(c.initial(r, k)) for k in range(c.in_chunks)] for r in range(c.nranks)]
+
+
+def from_plan(kind, nranks, in_chunks, out_chunks, root=None, post=None, pre=None):
+    """The collective a plan document names, with its chunk counts (and, for custom ones, the
+    postcondition and precondition tables the plan keeps)."""
     if kind == "allreduce":
         return AllReduce(nranks, in_chunks)
     if kind == "allgather":
@@ -163,4 +184,13 @@ def from_plan(kind, nranks, in_chunks, out_chunks, root=None):
         return AllToAll(nranks, in_chunks // max(nranks, 1))
     if kind == "broadcast":
         return Broadcast(nranks, in_chunks, root or 0)
-    return Custom(nranks, in_chunks, out_chunks, None)
+
+    def post_fn(rank, chunk):
+        terms = post[rank][chunk]
+        return None if terms is None else {(q, c): n for q, c, n in terms}
+
+    def pre_fn(rank, chunk):
+        return tuple(pre[rank][chunk])
+
+    return Custom(nranks, in_chunks, out_chunks, post_fn if post is not None else None,
+                  pre_fn if pre is not None else None)

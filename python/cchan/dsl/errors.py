@@ -61,6 +61,14 @@ class PostconditionError(DslError):
     """The program does not compute its collective."""
 
 
+class InputWriteError(DslError):
+    """An operation writes the caller's input: read-only (in-place plans have no input)."""
+
+
+class ExecutorLimitError(DslError):
+    """A plan beyond what the executor runs (vocabulary.json limits): it would fail at load."""
+
+
 class PlanFormatError(DslError):
     """A plan document that does not match the schema."""
 

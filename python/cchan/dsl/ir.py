@@ -6,23 +6,19 @@ back. Loops are kept as a loop id on each operation (None outside loops) instead
 from dataclasses import dataclass, field
 import os
 
-BUFFERS = ("input", "output", "scratch")
+from .vocabulary import BUFFERS, OP_NAMES, channel_needs, ops_where  # noqa: F401 (re-exported)
 
-# Operations by what they do; the simulator, dependence analysis and fusion share these sets.
-SENDS = {"put", "put_signal", "put_signal_flush", "put_packets", "reduce_put"}
-SIGNALS = {"signal", "put_signal", "put_signal_flush"}
-PACKET_READS = {"read_packets", "reduce_packets"}
-DATA_OPS = {"put", "put_signal", "put_signal_flush", "get", "put_packets", "read_packets",
-            "reduce_packets", "copy", "reduce", "reduce_put", "switch_reduce", "switch_broadcast"}
+# Operations by what they do (vocabulary.json); the simulator, dependence analysis and fusion
+# share these sets.
+SENDS = ops_where("send")
+SIGNALS = ops_where("signal")
+PACKET_READS = ops_where("packets", "read")
+PACKET_OPS = PACKET_READS | ops_where("packets", "write")
+DATA_OPS = ops_where("data")
 # Operations that contain a block-wide synchronization after their data part (see plan-format.md).
-SYNCING = {"signal", "wait", "put_signal", "put_signal_flush", "sem_release", "sem_acquire",
-           "barrier", "sync"}
-CHANNEL_OPS = {"put", "put_signal", "put_signal_flush", "get", "signal", "wait", "flush",
-               "put_packets", "read_packets", "reduce_put", "switch_reduce", "switch_broadcast"}
-OP_NAMES = ("put", "put_signal", "put_signal_flush", "get", "signal", "wait", "flush",
-            "put_packets", "read_packets", "reduce_packets", "copy", "reduce", "reduce_put",
-            "switch_reduce", "switch_broadcast", "barrier", "sem_release", "sem_acquire", "sync",
-            "loop")
+SYNCING = ops_where("syncs")
+CHANNEL_NEEDS = channel_needs()  # op -> the channel types it runs on
+CHANNEL_OPS = frozenset(CHANNEL_NEEDS)
 
 
 @dataclass
@@ -205,7 +201,7 @@ class PlanIR:
                 yield r.rank, tb, r.tbs[tb]
 
     def uses_packets(self):
-        return any(op.name in ("put_packets", "read_packets", "reduce_packets")
+        return any(op.name in PACKET_OPS
                    for _, _, ops in self.blocks() for op in ops)
 
 

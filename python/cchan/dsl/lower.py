@@ -1,9 +1,7 @@
 """Pass: lowering. Compiler IR <-> the plan document (docs/plan-format.md)."""
 from . import collectives
 from .ir import Channel, Op, PlanIR, RankIR
-
-FORMAT = "cchan.plan"
-VERSION = 1
+from .vocabulary import FORMAT, REDUCE_OPS, VERSION
 
 
 def scratch_chunks(ir):
@@ -55,13 +53,18 @@ def to_plan(ir):
     if c.kind == "broadcast":
         doc["root"] = c.root
     doc.update({
-        "protocol": ir.protocol, "inplace": ir.inplace, "reduce_op": "sum",
+        "protocol": ir.protocol, "inplace": ir.inplace, "reduce_op": REDUCE_OPS[0],
         "min_bytes": ir.min_bytes, "max_bytes": ir.max_bytes, "align": ir.align,
         "granularity": c.in_chunks * ir.align, "loop_unit": ir.loop_unit,
         "buffers": {"input": c.in_chunks, "output": c.out_chunks, "scratch": max(need)},
         "scratch_chunk_factor": 2 if packets else 1, "ll_double_buffer": packets,
-        "ranks": [],
     })
+    if c.kind == "custom":
+        if c._post is not None:
+            doc["postcondition"] = collectives.post_table(c)
+        if c._pre is not None:
+            doc["precondition"] = collectives.pre_table(c)
+    doc["ranks"] = []
     for r in ir.ranks:
         ntb = 1 + max(r.tbs, default=-1)
         doc["ranks"].append({
@@ -76,7 +79,8 @@ def from_plan(doc):
     """The IR of a plan document (already schema-valid). Loop markers become loop ids."""
     b = doc["buffers"]
     coll = collectives.from_plan(doc["collective"], doc["nranks"], b["input"], b["output"],
-                                 doc.get("root"))
+                                 doc.get("root"), doc.get("postcondition"),
+                                 doc.get("precondition"))
     ranks, loop_id = [], 0
     for rd in doc["ranks"]:
         r = RankIR(rd["rank"], [Channel.from_json(c) for c in rd["channels"]], rd["semaphores"],

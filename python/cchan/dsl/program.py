@@ -3,15 +3,16 @@
 Every call records the user's file and line, so that every later error can point at it.
 """
 import contextlib
+import copy
 import inspect
 import os
 
 from . import collectives
 from .errors import ChunkRangeError, ProgramError, UnknownChannelError, UnknownPeerError
 from .ir import Channel, Op, PlanIR, RankIR, Ref
+from .vocabulary import PACKET_PROTOCOLS, PROTOCOLS
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-PROTOCOLS = ("simple", "ll8", "ll16")
 
 
 def _caller():
@@ -251,6 +252,7 @@ class Program:
         self._chan = [dict() for _ in range(self.nranks)]
         self._loop = None
         self._nloops = 0
+        self._subset_barriers = set()  # (channel kind, tb) of barriers over some ranks
 
     # ---- buffers
     def _check_rank(self, r, what):
@@ -328,8 +330,8 @@ class Program:
     # ---- local operations
     def _ll(self, protocol):
         p = protocol or (self.protocol if self.protocol != "simple" else "ll16")
-        if p not in ("ll8", "ll16"):
-            raise ProgramError(f"packet protocol must be ll8 or ll16, not {p!r}",
+        if p not in PACKET_PROTOCOLS:
+            raise ProgramError(f"packet protocol must be one of {PACKET_PROTOCOLS}, not {p!r}",
                                op=_site("packets"))
         return p
 
@@ -376,10 +378,67 @@ class Program:
         self._emit(dst.rank, tb, "reduce_packets", src=refs, dst=[dst.ref()],
                    protocol=self._ll(protocol))
 
-    def barrier(self, tb, ranks=None):
-        """All ranks meet; block `tb` of each rank runs it."""
-        for r in (range(self.nranks) if ranks is None else ranks):
+    def barrier(self, tb, ranks=None, channel="memory"):
+        """The ranks meet: nothing after the barrier in block `tb` of any of them runs before
+        everything before it in block `tb` of all of them. Over all ranks (the default) it is
+        the plan's `barrier` op. Over a subset it is a signal to every other member, then a wait
+        for every other member, on `channel` ("memory" or "port") channels of their own index
+        (one past every index the program uses), so the other ranks run on."""
+        if ranks is None:
+            ranks = list(range(self.nranks))
+        ranks = list(ranks)
+        for r in ranks:
+            self._check_rank(r, "barrier")
+        if len(set(ranks)) != len(ranks):
+            raise ProgramError(f"barrier over {ranks}: a rank twice", op=_site("barrier"))
+        if channel not in ("memory", "port"):
+            raise ProgramError(f"barrier channel must be memory or port, not {channel!r}",
+                               op=_site("barrier"))
+        if sorted(ranks) == list(range(self.nranks)):
+            for r in ranks:
+                self._emit(r, tb, "barrier")
+            return
+        if not isinstance(tb, int) or tb < 0:
+            raise ProgramError(f"a barrier runs on one thread block (an integer >= 0), not "
+                               f"{tb!r}", op=_site("barrier"))
+        # Lowered in ir(), once every channel index the program uses is known.
+        self._subset_barriers.add((channel, tb))
+        for r in ranks:
             self._emit(r, tb, "barrier")
+            self._ranks[r].tbs[tb][-1].members = (tuple(sorted(ranks)), channel)
+
+    def _lower_subset_barriers(self, ranks):
+        """Subset barriers into signals and waits, on channels of an index no other operation
+        uses (one index per barrier block and channel kind: one block drives each end)."""
+        top = max((c.index for r in ranks for c in r.channels), default=-1) + 1
+        index = {key: top + i for i, key in enumerate(sorted(self._subset_barriers))}
+        chan = {(r.rank, c.key()): i for r in ranks for i, c in enumerate(r.channels)}
+
+        def end(kind, rank, peer, idx):
+            key = (rank, (kind, peer, idx))
+            if key not in chan:
+                chan[key] = len(ranks[rank].channels)
+                ranks[rank].channels.append(Channel(kind, idx, peer=peer))
+            return chan[key]
+
+        for r in ranks:
+            for tb, ops in r.tbs.items():
+                out = []
+                for op in ops:
+                    members = getattr(op, "members", None)
+                    if op.name != "barrier" or members is None:
+                        out.append(op)
+                        continue
+                    group, kind = members
+                    idx = index[(kind, tb)]
+                    peers = [p for p in group if p != r.rank]
+                    for name in ("signal", "wait"):
+                        for p in peers:
+                            end(kind, p, r.rank, idx)  # the peer's end of the connection
+                            out.append(Op(name, ch=end(kind, r.rank, p, idx), loop=op.loop,
+                                          path=op.path, line=op.line))
+                r.tbs[tb] = out
+        return ranks
 
     @contextlib.contextmanager
     def loop(self):
@@ -410,7 +469,10 @@ class Program:
     # ---- output
     def ir(self):
         """The program as compiler IR (before any pass)."""
-        return PlanIR(self.name, self.collective, self.protocol, self.inplace, self._ranks,
+        ranks = self._ranks
+        if self._subset_barriers:
+            ranks = self._lower_subset_barriers(copy.deepcopy(ranks))
+        return PlanIR(self.name, self.collective, self.protocol, self.inplace, ranks,
                       self.min_bytes, self.max_bytes, self.align, self.loop_unit)
 
     def compile(self):

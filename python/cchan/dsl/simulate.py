@@ -63,6 +63,7 @@ class Simulator:
         self.nbarrier = [0] * n
         self.slots = {}
         self.packets = {}
+        self.packet_parts = {}  # slot -> (group, {tbg_index: clock}) while a group writes it
         self.pending = defaultdict(list)  # (actor, ch) -> port events awaiting signal/flush
         self.trace = []
         self.pair = {}
@@ -170,6 +171,29 @@ class Simulator:
             if t > mine[i]:
                 mine[i] = t
 
+    def _put_packets(self, a, op, s):
+        """Packets of slot s are readable once every member of the writing group wrote its part
+        (each member writes its share of the range, plan-format.md); the reader then sees all
+        of their writes."""
+        again = s in self.packets
+        parts = self.packet_parts.get(s)
+        if parts is not None:
+            group, seen = parts
+            again = group != op.group_key() or op.tbg_index in seen
+        if again:
+            self._race(f"writes LL packets into {_slot_name(s)} a second time in one run (a "
+                       f"packet area holds one run's packets)", a, op)
+        if op.tbg_size == 1:
+            self.packets[s] = list(self.vc[a])
+            return
+        if parts is None:
+            parts = self.packet_parts[s] = (op.group_key(), {})
+        parts[1][op.tbg_index] = list(self.vc[a])
+        if len(parts[1]) == op.tbg_size:
+            clock = [max(ts) for ts in zip(*parts[1].values())]
+            self.packets[s] = clock
+            del self.packet_parts[s]
+
     def _run(self, a, op, slices):
         rank, tb = self.actors[a]
         self.vc[a][a] += 1
@@ -202,10 +226,7 @@ class Simulator:
                 if ev.port:
                     self.pending[(a, op.ch)].append(ev)
                 if name == "put_packets":
-                    if s in self.packets:
-                        self._race(f"writes LL packets into {_slot_name(s)} a second time in "
-                                   f"one run (a packet area holds one run's packets)", a, op)
-                    self.packets[s] = list(self.vc[a])
+                    self._put_packets(a, op, s)
         if name in ("signal", "put_signal", "put_signal_flush"):
             for ev in self.pending[(a, op.ch)]:
                 if ev.done_sig is None:
