@@ -163,6 +163,12 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_wait_failed(const cchan_port_channel_
                                                        uint32_t kind, int failed) {
     uint64_t v = cchan_load_acquire_sys_u64(p);
     if (v >= target) return CCHAN_OK;
+    if (CCHAN_UNLIKELY(cchan_wait_aborted(&ch->ctl) != 0)) {
+        /* An aborted communicator is the cause to report, as every other wait of it does. */
+        cchan_deadline_t d;
+        cchan_deadline_init(&d);
+        return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
+    }
     if (kind == CCHAN_WAIT_FLUSH) {
         int r = cchan_port_channel_check_dropped(ch, target);
         if (r) return r;
