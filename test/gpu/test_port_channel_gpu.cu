@@ -11,6 +11,10 @@
  * wait_timeout in the first round only); both ranks of a pair act at once (each puts to the
  * other), so every case runs both directions.
  */
+#include <dirent.h>
+#include <pthread.h>
+#include <unistd.h>
+
 #include "gpu_test.h"
 
 #define PC_BUF_BYTES (4 * GT_GiB + 4 * GT_MiB)
@@ -88,17 +92,74 @@ static void pc_expect_status(gt_ctx_t *ctx, const unsigned long long *dev_status
               (int)(uint32_t)st, cchan_strerror((int)(uint32_t)st), st >> 32);
 }
 
-/* GT_SYNC, but when a kernel failed (a port-channel wait trapped at its deadline) it first stops
- * the proxy: its report of the work left says, per channel, how many requests were still in the
- * FIFO and what the transport was waiting for (dma: the pending completion, its signal and flush,
- * its age and the last poll), which tells a copy that never completed from a request that never
- * reached the proxy. */
+/* The proxy's serving thread as the kernel sees it (/proc/self/task/<tid>: state, wait channel and
+ * the system call it is blocked in, if any): running, it is polling for something that never
+ * comes; sleeping in an ioctl, it is blocked inside a CUDA call. */
+static void pc_log_proxy_threads(gt_ctx_t *ctx) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[320], comm[32] = "", stat[256] = "", wchan[64] = "", sys[128] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+        fclose(f);
+        if (strncmp(comm, "cchan-proxy", 11) != 0) continue;
+        const char *names[3] = {"stat", "wchan", "syscall"};
+        char *outs[3] = {stat, wchan, sys};
+        size_t sizes[3] = {sizeof stat, sizeof wchan, sizeof sys};
+        for (int k = 0; k < 3; k++) {
+            snprintf(path, sizeof path, "/proc/self/task/%s/%s", e->d_name, names[k]);
+            if ((f = fopen(path, "r")) != NULL) {
+                if (!fgets(outs[k], (int)sizes[k], f)) outs[k][0] = 0;
+                fclose(f);
+            }
+            outs[k][strcspn(outs[k], "\n")] = 0;
+        }
+        const char *st = strrchr(stat, ')');
+        gt_log(ctx, "proxy thread %s: state %c, wchan '%s', syscall '%s'", e->d_name,
+               st && st[1] ? st[2] : '?', wchan, sys);
+    }
+    closedir(d);
+}
+
+typedef struct pc_stopper {
+    int st, done; /* done: atomic */
+    char msg[1024];
+} pc_stopper_t;
+
+static void *pc_stop_thread(void *arg) {
+    pc_stopper_t *s = (pc_stopper_t *)arg;
+    s->st = cchan_proxy_stop(g_pc.proxy, 0);
+    snprintf(s->msg, sizeof s->msg, "%s", cchan_last_error());
+    __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* GT_SYNC, but when a kernel failed (a port-channel wait trapped at its deadline) it first says
+ * where the proxy is: the state of its serving thread, then its report of the work left (per
+ * channel, requests still in the FIFO and what the transport waits for; dma: the pending
+ * completion, its signal and flush, its age and the last poll), which tells a copy that never
+ * completed from a request that never reached the proxy. A stop that does not return within 10 s
+ * means the serving thread is blocked (in a CUDA call). */
 static void pc_sync(gt_ctx_t *ctx, const char *what) {
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e == cudaSuccess) return;
-    int st = cchan_proxy_stop(g_pc.proxy, 0);
-    gt_log(ctx, "%s: the kernel failed; proxy stop = %d (%s): %s", what, st, cchan_strerror(st),
-           cchan_last_error());
+    gt_log(ctx, "%s: the kernel failed (%s)", what, cudaGetErrorName(e));
+    pc_log_proxy_threads(ctx);
+    static pc_stopper_t s;
+    pthread_t th;
+    if (pthread_create(&th, NULL, pc_stop_thread, &s) == 0) {
+        for (int i = 0; i < 1000 && !__atomic_load_n(&s.done, __ATOMIC_ACQUIRE); i++)
+            usleep(10 * 1000);
+        if (__atomic_load_n(&s.done, __ATOMIC_ACQUIRE))
+            gt_log(ctx, "%s: proxy stop = %d (%s): %s", what, s.st, cchan_strerror(s.st), s.msg);
+        else
+            gt_log(ctx, "%s: proxy stop did not return within 10 s: its serving thread is blocked",
+                   what);
+    }
     gt_fatal_cuda("cudaStreamSynchronize", e, __FILE__, __LINE__);
 }
 
