@@ -24,6 +24,7 @@
  *
  * Options (every rank gets the same argv from cchan-run):
  *   --case a,b,c   run only these cases (exact names)      --list   print the case names and flags
+ *   --repeat N     run each selected case N times in a row, stopping at the first failure
  *   --watchdog S   per-case watchdog in seconds (default: each case's own budget)
  * Environment: CCHAN_GPU_TEST_MPS=0/1 overrides the MPS detection (the control daemon's pipe under
  * CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps).
@@ -275,6 +276,7 @@ struct gt_ctx {
     int pair_round, nrounds; /* GT_PAIRS cases: the running round and how many */
     unsigned watchdog_override_s;
     char cases[1024]; /* --case filter, ",a,b," form; empty: all */
+    unsigned repeat;  /* --repeat: runs of each selected case (0: once) */
     int list_only;
 };
 
@@ -657,25 +659,33 @@ static inline void gt_case(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsig
     ctx->case_name = name;
     double t0 = gt_now_ms();
     char who[192];
-    int all_ok;
-    if (flags & GT_PAIRS) {
-        ctx->nrounds = (flags & GT_ONE_ROUND) ? 1 : ctx->nranks - 1;
-        all_ok = 1;
-        for (ctx->pair_round = 0; ctx->pair_round < ctx->nrounds && all_ok; ctx->pair_round++) {
-            ctx->peer = gt_pair_partner(ctx->rank, ctx->pair_round, ctx->nranks);
+    int all_ok = 1;
+    unsigned runs = 0, repeat = ctx->repeat ? ctx->repeat : 1;
+    for (; runs < repeat && all_ok; runs++) {
+        if (flags & GT_PAIRS) {
+            ctx->nrounds = (flags & GT_ONE_ROUND) ? 1 : ctx->nranks - 1;
+            for (ctx->pair_round = 0; ctx->pair_round < ctx->nrounds && all_ok;
+                 ctx->pair_round++) {
+                ctx->peer = gt_pair_partner(ctx->rank, ctx->pair_round, ctx->nranks);
+                all_ok = gt_run_once(ctx, name, fn, wd, who, sizeof who);
+            }
+            ctx->peer = -1;
+            ctx->pair_round = ctx->nrounds = 0;
+        } else {
             all_ok = gt_run_once(ctx, name, fn, wd, who, sizeof who);
         }
-        ctx->peer = -1;
-        ctx->pair_round = ctx->nrounds = 0;
-    } else {
-        all_ok = gt_run_once(ctx, name, fn, wd, who, sizeof who);
     }
     double ms = gt_now_ms() - t0;
     if (all_ok)
         ctx->passed++;
     else
         ctx->failed++;
-    if (ctx->rank == 0) printf("%s %s (%.1f ms)%s\n", all_ok ? "PASS" : "FAIL", name, ms, who);
+    char times[48] = "";
+    if (repeat > 1)
+        snprintf(times, sizeof times, all_ok ? ", %u runs" : ", failed in run %u of %u", runs,
+                 repeat);
+    if (ctx->rank == 0)
+        printf("%s %s (%.1f ms%s)%s\n", all_ok ? "PASS" : "FAIL", name, ms, times, who);
     fflush(stdout);
     ctx->case_name = NULL;
 }
@@ -687,8 +697,8 @@ static inline void gt_run(gt_ctx_t *ctx, const char *name, gt_case_fn fn, unsign
 
 static inline void gt_usage(const char *prog) {
     fprintf(stderr,
-            "usage: cchan-run -n N %s [--case a,b,...] [--list] [--watchdog seconds]  (N: 2 to "
-            "%d)\n",
+            "usage: cchan-run -n N %s [--case a,b,...] [--repeat N] [--list] [--watchdog seconds]  "
+            "(N: 2 to %d)\n",
             prog, GT_MAX_RANKS);
 }
 
@@ -699,6 +709,15 @@ static inline int gt_parse_args(gt_ctx_t *ctx, int argc, char **argv) {
             snprintf(ctx->cases, sizeof ctx->cases, ",%s,", argv[++i]);
         } else if (!strcmp(argv[i], "--list")) {
             ctx->list_only = 1;
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+            char *end = NULL;
+            unsigned long n = strtoul(argv[++i], &end, 10);
+            if (!end || *end || n < 1 || n > 100000) {
+                fprintf(stderr, "%s: --repeat takes a count from 1 to 100000, not '%s'\n",
+                        argv[0], argv[i]);
+                return -1;
+            }
+            ctx->repeat = (unsigned)n;
         } else if (!strcmp(argv[i], "--watchdog") && i + 1 < argc) {
             ctx->watchdog_override_s = (unsigned)strtoul(argv[++i], NULL, 10);
         } else {
