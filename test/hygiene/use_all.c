@@ -89,6 +89,7 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
         cchan_deadline_init(&d);
         acc += cchan_deadline_spin(&d, ctl);
         acc += cchan_wait_aborted(ctl);
+        acc += cchan_wait_done(ctl, CCHAN_WAIT_SEMAPHORE, 1, 1);
         if (a.flag == 0xdead1u) acc += cchan_wait_expired(&d, ctl, CCHAN_WAIT_SEMAPHORE, 1, 0);
         if (a.flag == 0xdead2u)
             acc += cchan_device_fail(ctl, CCHAN_FAIL_RANGE, 1, 2, 0, CCHAN_ERR_RANGE);
