@@ -12,6 +12,10 @@
 # when an earlier one failed; the summary at the end lists all three, and the exit status is
 # non-zero when any failed.
 #
+# The next stage's configure and build run in the background, at the lowest priority, while this
+# stage's tests run: the tests mostly wait on each other (about a third of two cores), so the builds
+# of the sanitizer trees cost little wall time. The summary gives each stage's build and test time.
+#
 # Environment: BUILD (build), JOBS (nproc), CMAKE_ARGS (added to every configure),
 #              CCHAN_STAGES (default "main asan tsan"), CTEST_ARGS (added to every ctest run).
 set -uo pipefail
@@ -31,7 +35,7 @@ required=(-DCCHAN_REQUIRE_CMOCKA=ON -DCCHAN_REQUIRE_JANSSON=ON)
 host_only=(-DCCHAN_ENABLE_CUDA=OFF -DCCHAN_ENABLE_HIP=OFF -DCCHAN_BUILD_BENCH=OFF
     -DCCHAN_BUILD_EXAMPLES=OFF)
 
-declare -A result summary seconds
+declare -A result summary seconds test_seconds
 failed=0
 run_prefix=() # command prefix for test runs (setarch -R where TSan needs ASLR off)
 
@@ -78,32 +82,97 @@ print_skips() {
     done <<<"$names"
 }
 
+# Each stage's build folder and configure arguments (stage_cfg), known before the stage runs so
+# that its build can start while the previous stage's tests run.
+declare -A stage_dir=([main]=$BUILD [asan]=$BUILD-asan [tsan]=$BUILD-tsan)
+declare -A prebuild_pid prebuild_start build_seconds
+stage_cfg=()
+cfg_main() { stage_cfg=(); }
+cfg_tsan() { stage_cfg=(-DCCHAN_SANITIZE=thread "${host_only[@]}"); }
+asan_cc=""
+cfg_asan() {
+    # clang when it links ASan here (Debian: libclang-rt-dev), so that fuzz tests run libFuzzer.
+    if [ -z "$asan_cc" ]; then
+        asan_cc=gcc
+        if command -v clang >/dev/null 2>&1 && command -v clang++ >/dev/null 2>&1 &&
+            probe clang "-fsanitize=address,undefined" 'int main(void) { return 0; }' >/dev/null; then
+            asan_cc=clang
+        fi
+    fi
+    local cxx=g++
+    [ "$asan_cc" = clang ] && cxx=clang++
+    stage_cfg=(-DCCHAN_SANITIZE=address "${host_only[@]}" -DCMAKE_C_COMPILER="$asan_cc"
+        -DCMAKE_CXX_COMPILER="$cxx")
+}
+
+# configure_build <build dir> <cmake args...>: prints what it runs; output in the build folder
+configure_build() {
+    local build=$1
+    shift
+    mkdir -p "$build"
+    cmake -S . -B "$build" "${required[@]}" "$@" "${cmake_args[@]}" >"$build/cchan-configure.log" 2>&1 &&
+        cmake --build "$build" -j "$JOBS" >"$build/cchan-build.log" 2>&1
+}
+
+# Starts the configure and build of the stage after $1, in the background at the lowest priority.
+prebuild_next() {
+    local cur=$1 s found=0 next=""
+    for s in $STAGES; do
+        [ "$found" = 1 ] && { next=$s; break; }
+        [ "$s" = "$cur" ] && found=1
+    done
+    [ -n "$next" ] && [ -n "${stage_dir[$next]:-}" ] || return 0
+    "cfg_$next"
+    prebuild_start[$next]=$SECONDS
+    # the subshell lowers its own priority; the configure and build it starts inherit it
+    (renice -n 19 -p "$BASHPID" >/dev/null 2>&1; configure_build "${stage_dir[$next]}" "${stage_cfg[@]}") &
+    prebuild_pid[$next]=$!
+    echo "($next: configure and build started in the background while these tests run)"
+}
+
 run_stage() { # run_stage <name> <build dir> <ctest label args...> -- <cmake args...>
     local name=$1 build=$2
     shift 2
     local -a labels=() cfg=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do labels+=("$1"); shift; done
     [ $# -gt 0 ] && shift
-    cfg=("${required[@]}" "$@")
+    cfg=("$@")
     local start=$SECONDS log=$build/cchan-ctest.log cfglog=$build/cchan-configure.log
 
-    echo "configure: cmake -S . -B $build ${cfg[*]} ${cmake_args[*]}"
-    mkdir -p "$build"
-    if ! cmake -S . -B "$build" "${cfg[@]}" "${cmake_args[@]}" >"$cfglog" 2>&1; then
-        cat "$cfglog"
-        result[$name]=FAIL summary[$name]="configure failed"
-        seconds[$name]=$((SECONDS - start))
-        return 1
+    echo "configure: cmake -S . -B $build ${required[*]} ${cfg[*]} ${cmake_args[*]}"
+    local built=0
+    if [ -n "${prebuild_pid[$name]:-}" ]; then
+        if wait "${prebuild_pid[$name]}"; then
+            built=1
+            echo "configured and built in the background during the previous stage's tests" \
+                "($((SECONDS - ${prebuild_start[$name]})) s, log $build/cchan-build.log)"
+        else
+            echo "the background build failed; building again in the foreground"
+        fi
+    fi
+    local b0=$SECONDS
+    if [ "$built" = 0 ]; then
+        mkdir -p "$build"
+        if ! cmake -S . -B "$build" "${required[@]}" "${cfg[@]}" "${cmake_args[@]}" >"$cfglog" 2>&1; then
+            cat "$cfglog"
+            result[$name]=FAIL summary[$name]="configure failed"
+            seconds[$name]=$((SECONDS - start))
+            return 1
+        fi
     fi
     grep -E '^-- cchan' "$cfglog" || true
     grep -iE 'warning' -A3 "$cfglog" | head -20 || true
 
-    if ! cmake --build "$build" -j "$JOBS"; then
+    if [ "$built" = 0 ] && ! cmake --build "$build" -j "$JOBS"; then
         result[$name]=FAIL summary[$name]="build failed"
         seconds[$name]=$((SECONDS - start))
         return 1
     fi
+    build_seconds[$name]=$((SECONDS - b0))
+    [ "$built" = 1 ] && build_seconds[$name]="${build_seconds[$name]}+$((b0 - ${prebuild_start[$name]})) bg"
+    prebuild_next "$name"
 
+    local t0=$SECONDS
     "${run_prefix[@]}" ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$JOBS" \
         --timeout 900 "${labels[@]}" "${ctest_args[@]}" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
@@ -111,6 +180,7 @@ run_stage() { # run_stage <name> <build dir> <ctest label args...> -- <cmake arg
     local line
     line=$(grep -E '^[0-9]+% tests passed' "$log" | tail -1)
     seconds[$name]=$((SECONDS - start))
+    test_seconds[$name]=$((SECONDS - t0))
     if [ "$rc" -eq 0 ]; then
         result[$name]=PASS summary[$name]=${line:-"ctest passed"}
         return 0
@@ -123,18 +193,15 @@ run_stage() { # run_stage <name> <build dir> <ctest label args...> -- <cmake arg
 stage_main() {
     banner "1/3 main build ($BUILD): $(nproc) cores; every test, compile matrix included"
     run_prefix=()
-    run_stage main "$BUILD" --
+    cfg_main
+    run_stage main "$BUILD" -- "${stage_cfg[@]}"
 }
 
 stage_asan() {
     banner "2/3 AddressSanitizer + UBSan build ($BUILD-asan): host backend, tests without label 'compile'"
     run_prefix=()
-    # clang when it links ASan here (Debian: libclang-rt-dev), so that fuzz tests run libFuzzer.
-    local cc=gcc cxx=g++
-    if command -v clang >/dev/null 2>&1 && command -v clang++ >/dev/null 2>&1 &&
-        probe clang "-fsanitize=address,undefined" 'int main(void) { return 0; }' >/dev/null; then
-        cc=clang cxx=clang++
-    fi
+    cfg_asan
+    local cc=$asan_cc
     echo "compiler: $cc"
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1
@@ -150,8 +217,7 @@ stage_asan() {
         echo "$out" | tail -5
         ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}
     fi
-    run_stage asan "$BUILD-asan" -LE "compile|rxe" -- -DCCHAN_SANITIZE=address "${host_only[@]}" \
-        -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx"
+    run_stage asan "$BUILD-asan" -LE "compile|rxe" -- "${stage_cfg[@]}"
     local rc=$?
     unset UBSAN_OPTIONS ASAN_OPTIONS
     return $rc
@@ -186,7 +252,8 @@ stage_tsan() {
             return 1
         fi
     fi
-    run_stage tsan "$BUILD-tsan" -LE "compile|rxe" -- -DCCHAN_SANITIZE=thread "${host_only[@]}"
+    cfg_tsan
+    run_stage tsan "$BUILD-tsan" -LE "compile|rxe" -- "${stage_cfg[@]}"
     local rc=$?
     run_prefix=()
     unset TSAN_OPTIONS
@@ -205,8 +272,8 @@ done
 
 banner "summary ($((SECONDS - total_start)) s)"
 for s in $STAGES; do
-    printf '  %-5s %-4s %5ss  %s\n' "$s" "${result[$s]:-FAIL}" "${seconds[$s]:-0}" \
-        "${summary[$s]:-did not run}"
+    printf '  %-5s %-4s %5ss (build %s s, tests %s s)  %s\n' "$s" "${result[$s]:-FAIL}" \
+        "${seconds[$s]:-0}" "${build_seconds[$s]:--}" "${test_seconds[$s]:--}" "${summary[$s]:-did not run}"
     # A stage that stopped without recording a result failed too.
     [ "${result[$s]:-}" = PASS ] || failed=1
 done
