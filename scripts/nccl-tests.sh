@@ -25,6 +25,8 @@
 #   NVCC_GENCODE  passed to nccl-tests' make (default sm_90 only)
 #   RUN_TIMEOUT   seconds per run (default 600)
 #   BUILD_ONLY  1: build nccl-tests (both variants) and stop; the shim is not built
+#   CCHAN_COLL_PLANS  a folder of execution plans the shim loads (docs/executor.md); passed to
+#               every process of both modes
 #
 # Exit status: 0 when every run reported "Out of bounds values : 0 OK", 1 otherwise, 2 on a setup
 # failure.
@@ -149,6 +151,7 @@ run_one() { # <lib> <mode> <test>
     else
         timeout "$RUN_TIMEOUT" "${env[@]}" "$MPIRUN" --allow-run-as-root --oversubscribe -np "$NGPUS" \
             -x LD_LIBRARY_PATH -x CCHAN_NCCL_FALLBACK -x CCHAN_DEBUG -x NCCL_NVLS_ENABLE \
+            ${CCHAN_COLL_PLANS:+-x CCHAN_COLL_PLANS} \
             "$WORK/mpi/${t}_perf" "${args[@]}" -g 1 >"$log" 2>&1
     fi
     rc=$?
