@@ -148,6 +148,8 @@ typedef struct cchan_comm cchan_comm_t;
 CCHAN_API int cchan_comm_create(cchan_bootstrap_t *bs, const cchan_comm_config_t *cfg,
                                 cchan_comm_t **out);
 CCHAN_API int cchan_comm_destroy(cchan_comm_t *comm);
+/* Queries: a NULL comm gives -EINVAL (cchan_comm_platform: CCHAN_PLATFORM_AUTO,
+ * cchan_comm_bootstrap: NULL, cchan_comm_wait_ctl: all zero) and a last error naming it. */
 CCHAN_API int cchan_comm_rank(const cchan_comm_t *comm);
 CCHAN_API int cchan_comm_size(const cchan_comm_t *comm);
 CCHAN_API cchan_platform_t cchan_comm_platform(const cchan_comm_t *comm);
@@ -215,6 +217,7 @@ CCHAN_API int cchan_mem_alloc(cchan_comm_t *comm, size_t bytes, unsigned flags, 
  * cchan_mem_alloc can be shared with other processes. */
 CCHAN_API int cchan_mem_register(cchan_comm_t *comm, void *ptr, size_t bytes, unsigned flags,
                                  cchan_mem_t **out);
+/* Queries: a NULL mem gives NULL, 0 or -EINVAL and a last error naming it. */
 CCHAN_API void *cchan_mem_ptr(const cchan_mem_t *mem);
 CCHAN_API size_t cchan_mem_size(const cchan_mem_t *mem);
 CCHAN_API int cchan_mem_rank(const cchan_mem_t *mem); /* owner rank */

@@ -83,7 +83,9 @@ int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, void *recv, s
                              cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
 
 /* The selector's row for this op and message size (bytes of the full buffer). A call with
- * CCHAN_COLL_AUTO starts from it and then looks at its buffers (cchan_coll_select_buffers). */
+ * CCHAN_COLL_AUTO starts from it and then looks at its buffers (cchan_coll_select_buffers).
+ * For a NULL coll or an op that is not one of cchan_coll_op_t's: (int)result is -EINVAL and the
+ * last error names the argument and its valid values; the same from cchan_coll_select_buffers. */
 cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes);
 /* What CCHAN_COLL_AUTO runs for a call on these buffers (send and recv as the call takes them):
  * the selector's row, except that the copy-engine rows run HB all-pairs where the
@@ -92,7 +94,8 @@ cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op
  * (HB all-pairs runs zero-copy on registered buffers within zc_ag_max / zc_rs_max / 16 MiB.) */
 cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *coll, cchan_coll_op_t op,
                                             size_t bytes, const void *send, const void *recv);
-/* 1 if algo implements op on this communicator (e.g. in the size limits of its scratch), else 0. */
+/* 1 if algo implements op on this communicator (e.g. in the size limits of its scratch), else 0;
+ * 0 with the last error naming the argument for a NULL coll, an unknown op or an unknown algo. */
 int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
                          size_t bytes);
 const char *cchan_coll_algo_name(cchan_coll_algo_t algo);

@@ -14,9 +14,13 @@ static int coll_check(cchan_coll_t *c, const void *send, void *recv, cchan_coll_
     if (st) return st;
     if (!send || !recv) return colli_error(-EINVAL, where, "send and recv must not be NULL");
     if (cchan_coll_dtype_size(dtype) == 0)
-        return colli_error(-EINVAL, where, "unknown dtype %d", (int)dtype);
+        return colli_error(-EINVAL, where,
+                           "dtype %d unknown (valid: %d CCHAN_COLL_F32, %d CCHAN_COLL_F16, "
+                           "%d CCHAN_COLL_BF16)",
+                           (int)dtype, CCHAN_COLL_F32, CCHAN_COLL_F16, CCHAN_COLL_BF16);
     if ((unsigned)algo >= CCHAN_COLL_ALGO_COUNT)
-        return colli_error(-EINVAL, where, "unknown algo %d", (int)algo);
+        return colli_error(-EINVAL, where, "algo %d unknown (valid: 0 to %d)", (int)algo,
+                           CCHAN_COLL_ALGO_COUNT - 1);
     return 0;
 }
 

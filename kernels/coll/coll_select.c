@@ -1,5 +1,6 @@
 /* cchan_coll algorithm selection: the size table (cchan_coll_select), what a call on given buffers
  * runs (cchan_coll_select_buffers, colli_pick) and what each algorithm supports. */
+#include <errno.h>
 #include <stdint.h>
 
 #include "coll_internal.h"
@@ -48,9 +49,22 @@ static const coll_select_row_t coll_select_table[] = {
 /* Automatic ReduceScatter on a registered send: zero-copy HB rather than LL above this size. */
 #define COLL_RS_ZC_OVER_LL_BYTES (512 * COLL_KiB)
 
+/* The queries below answer with an algorithm or a yes/no that cannot carry a reason: a handle or
+ * an op they cannot answer for leaves one in the last error, naming the argument and its values. */
+static int coll_query_args(const cchan_coll_t *c, cchan_coll_op_t op, const char *where) {
+    if (!c) return colli_error(-EINVAL, where, "coll is NULL");
+    if ((unsigned)op > CCHAN_COLL_REDUCESCATTER)
+        return colli_error(-EINVAL, where,
+                           "op %d is not a collective (valid: %d CCHAN_COLL_ALLREDUCE, "
+                           "%d CCHAN_COLL_ALLGATHER, %d CCHAN_COLL_REDUCESCATTER)",
+                           (int)op, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_ALLGATHER,
+                           CCHAN_COLL_REDUCESCATTER);
+    return 0;
+}
+
 int cchan_coll_supported(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t algo,
                          size_t bytes) {
-    if (!c || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return 0;
+    if (coll_query_args(c, op, "cchan_coll_supported")) return 0;
     size_t n = (size_t)c->nranks;
     switch (algo) {
     case CCHAN_COLL_AUTO: return 1;
@@ -67,7 +81,10 @@ int cchan_coll_supported(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_a
          * slower) */
         return op == CCHAN_COLL_ALLREDUCE ||
                (op == CCHAN_COLL_ALLGATHER && bytes % n == 0 && (bytes / n) % 16 == 0);
-    default: return 0;
+    default:
+        colli_error(-EINVAL, "cchan_coll_supported", "algo %d unknown (valid: 0 to %d)", (int)algo,
+                    CCHAN_COLL_ALGO_COUNT - 1);
+        return 0;
     }
 }
 
@@ -75,7 +92,8 @@ int cchan_coll_supported(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_a
 static int coll_needs_reg(cchan_coll_algo_t algo) { return algo == CCHAN_COLL_CE_ALLPAIRS; }
 
 cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes) {
-    if (!c) return CCHAN_COLL_HB_ALLPAIRS;
+    int st = coll_query_args(c, op, "cchan_coll_select");
+    if (st) return (cchan_coll_algo_t)st;
     for (size_t i = 0; i < sizeof coll_select_table / sizeof coll_select_table[0]; i++) {
         const coll_select_row_t *row = &coll_select_table[i];
         if (row->op == op && c->nranks <= row->max_ranks && bytes >= row->min_bytes &&
@@ -144,7 +162,8 @@ static cchan_coll_algo_t coll_auto(const cchan_coll_t *c, cchan_coll_op_t op, si
 
 cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
                                             const void *send, const void *recv) {
-    if (!c || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return CCHAN_COLL_HB_ALLPAIRS;
+    int st = coll_query_args(c, op, "cchan_coll_select_buffers");
+    if (st) return (cchan_coll_algo_t)st;
     if (cchan_coll_plan_name(c, op, bytes, send, recv)) return CCHAN_COLL_PLAN;
     coll_reg_regions(op, &send, &recv);
     return coll_auto(c, op, bytes, send, recv);

@@ -76,7 +76,8 @@ typedef struct cchan_exec_plan_info {
     int cross_block;                /* semaphores between blocks: needs co-resident blocks */
 } cchan_exec_plan_info_t;
 int cchan_exec_plan_info(const cchan_exec_plan_t *plan, cchan_exec_plan_info_t *out);
-/* 1 when the plan runs in_bytes (granularity and size range), else 0. */
+/* 1 when the plan runs in_bytes (granularity and size range), else 0 (also for a NULL plan, with a
+ * last error naming it). */
 int cchan_exec_plan_fits(const cchan_exec_plan_t *plan, uint64_t in_bytes);
 const char *cchan_exec_collective_name(cchan_exec_collective_t c);
 
@@ -148,6 +149,7 @@ int cchan_exec_sync(cchan_exec_t *exec);
 int cchan_exec_check(const cchan_exec_t *exec, const void *send, const void *recv, size_t count,
                      cchan_exec_dtype_t dtype);
 
+/* Queries: a NULL exec gives NULL or -EINVAL and a last error naming it. */
 const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *exec);
 /* The most instances the executor runs (cchan_exec_config_t): fixed, or the largest a call may
  * be given when they are chosen per call. */

@@ -116,8 +116,17 @@ size_t cchan_exec_dtype_size(cchan_exec_dtype_t dt) {
     }
 }
 
-const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *e) { return e ? e->plan : NULL; }
-int cchan_exec_instances(const cchan_exec_t *e) { return e ? (int)e->ninst : 0; }
+/* A getter's return value cannot carry the reason, so a NULL handle leaves it in the last error. */
+static int no_exec(const char *where) { return execi_error(-EINVAL, where, "exec is NULL"); }
+
+const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *e) {
+    if (e) return e->plan;
+    no_exec("cchan_exec_plan");
+    return NULL;
+}
+int cchan_exec_instances(const cchan_exec_t *e) {
+    return e ? (int)e->ninst : no_exec("cchan_exec_instances");
+}
 
 /* ------------------------------------------------------------------ device memory */
 
@@ -1025,7 +1034,7 @@ static uint32_t run_instances(const cchan_exec_t *e, uint64_t in_bytes) {
 }
 
 int cchan_exec_instances_for(const cchan_exec_t *e, uint64_t in_bytes) {
-    return e ? (int)run_instances(e, in_bytes) : 0;
+    return e ? (int)run_instances(e, in_bytes) : no_exec("cchan_exec_instances_for");
 }
 
 int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,

@@ -931,8 +931,8 @@ int cchan_exec_plan_load_file(const char *path, cchan_exec_plan_t **out) {
 }
 
 int cchan_exec_plan_info(const cchan_exec_plan_t *p, cchan_exec_plan_info_t *out) {
-    if (!p || !out)
-        return execi_error(-EINVAL, "cchan_exec_plan_info", "plan and out must not be NULL");
+    if (!p) return execi_error(-EINVAL, "cchan_exec_plan_info", "plan is NULL");
+    if (!out) return execi_error(-EINVAL, "cchan_exec_plan_info", "out is NULL");
     out->name = p->name;
     out->collective = p->collective;
     out->nranks = p->nranks;
@@ -951,7 +951,11 @@ int cchan_exec_plan_info(const cchan_exec_plan_t *p, cchan_exec_plan_info_t *out
 }
 
 int cchan_exec_plan_fits(const cchan_exec_plan_t *p, uint64_t in_bytes) {
-    if (!p || in_bytes == 0 || in_bytes % p->granularity) return 0;
+    if (!p) {
+        execi_error(-EINVAL, "cchan_exec_plan_fits", "plan is NULL");
+        return 0;
+    }
+    if (in_bytes == 0 || in_bytes % p->granularity) return 0;
     if (in_bytes < p->min_bytes) return 0;
     if (p->max_bytes && in_bytes > p->max_bytes) return 0;
     return 1;

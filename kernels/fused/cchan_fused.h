@@ -55,7 +55,8 @@ int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void 
  * Every rank must set the same value. */
 int cchan_fused_rmsnorm_set_split(cchan_fused_rmsnorm_t *f, uint32_t split);
 
-/* The protocol CCHAN_FUSED_AUTO takes for this many tokens. */
+/* The protocol CCHAN_FUSED_AUTO takes for this many tokens. A NULL f: (int)result is -EINVAL and
+ * the last error names f. */
 cchan_fused_proto_t cchan_fused_rmsnorm_select(const cchan_fused_rmsnorm_t *f, uint32_t tokens);
 const char *cchan_fused_proto_name(cchan_fused_proto_t proto);
 

@@ -56,6 +56,9 @@ const char *cchan_fused_proto_name(cchan_fused_proto_t proto) {
 }
 
 cchan_fused_proto_t cchan_fused_rmsnorm_select(const cchan_fused_rmsnorm_t *f, uint32_t tokens) {
+    if (!f)
+        return (cchan_fused_proto_t)cchan_fused_error(-EINVAL,
+                                                      "cchan_fused_rmsnorm_select: f is NULL");
     uint64_t bytes = (uint64_t)tokens * f->hidden * 2u;
     return bytes <= CCHAN_FUSED_LL_MAX_BYTES ? CCHAN_FUSED_LL : CCHAN_FUSED_HB;
 }

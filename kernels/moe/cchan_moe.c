@@ -621,7 +621,8 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
 }
 
 int cchan_moe_group_info(const cchan_moe_group_t *g, cchan_moe_info_t *out) {
-    MOE_ARG(g != NULL && out != NULL, "cchan_moe_group_info");
+    if (!g) return moe_error(-EINVAL, "cchan_moe_group_info", "group is NULL");
+    if (!out) return moe_error(-EINVAL, "cchan_moe_group_info", "out is NULL");
     memset(out, 0, sizeof *out);
     out->nranks = g->nranks;
     out->rank = g->rank;

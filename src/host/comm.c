@@ -455,13 +455,28 @@ void cchani_comm_release(cchan_comm_t *comm) {
 
 /* ---------------------------------------------------------------- accessors */
 
-int cchan_comm_rank(const cchan_comm_t *comm) { return comm ? comm->rank : -EINVAL; }
-int cchan_comm_size(const cchan_comm_t *comm) { return comm ? comm->nranks : -EINVAL; }
-cchan_platform_t cchan_comm_platform(const cchan_comm_t *comm) {
-    return comm ? comm->platform : CCHAN_PLATFORM_AUTO;
+/* A getter's return value cannot carry the reason, so a NULL handle leaves it in the last error. */
+static int no_comm(const char *where) { return cchani_error(-EINVAL, where, "comm is NULL"); }
+
+int cchan_comm_rank(const cchan_comm_t *comm) {
+    return comm ? comm->rank : no_comm("cchan_comm_rank");
 }
-int cchan_comm_device(const cchan_comm_t *comm) { return comm ? comm->device : -EINVAL; }
-cchan_bootstrap_t *cchan_comm_bootstrap(cchan_comm_t *comm) { return comm ? comm->bs : NULL; }
+int cchan_comm_size(const cchan_comm_t *comm) {
+    return comm ? comm->nranks : no_comm("cchan_comm_size");
+}
+cchan_platform_t cchan_comm_platform(const cchan_comm_t *comm) {
+    if (comm) return comm->platform;
+    no_comm("cchan_comm_platform");
+    return CCHAN_PLATFORM_AUTO;
+}
+int cchan_comm_device(const cchan_comm_t *comm) {
+    return comm ? comm->device : no_comm("cchan_comm_device");
+}
+cchan_bootstrap_t *cchan_comm_bootstrap(cchan_comm_t *comm) {
+    if (comm) return comm->bs;
+    no_comm("cchan_comm_bootstrap");
+    return NULL;
+}
 
 uint32_t cchani_comm_next_id(cchan_comm_t *comm) { return cchani_comm_reserve_ids(comm, 1); }
 
@@ -470,7 +485,7 @@ uint32_t cchani_comm_reserve_ids(cchan_comm_t *comm, uint32_t n) {
 }
 
 int cchan_comm_set_timeout_ms(cchan_comm_t *comm, uint64_t timeout_ms) {
-    CCHANI_CHECK_ARG(comm != NULL, "cchan_comm_set_timeout_ms");
+    if (!comm) return no_comm("cchan_comm_set_timeout_ms");
     comm->timeout_ms = timeout_ms;
     return 0;
 }
@@ -478,7 +493,10 @@ int cchan_comm_set_timeout_ms(cchan_comm_t *comm, uint64_t timeout_ms) {
 cchan_wait_ctl_t cchan_comm_wait_ctl(const cchan_comm_t *comm, int peer, uint32_t id) {
     cchan_wait_ctl_t ctl;
     memset(&ctl, 0, sizeof ctl);
-    if (!comm) return ctl;
+    if (!comm) {
+        no_comm("cchan_comm_wait_ctl");
+        return ctl;
+    }
     const uint64_t max_ms = UINT64_MAX / 1000000u;
     ctl.diag = comm->diag_dev;
     ctl.timeout_ns = comm->timeout_ms > max_ms ? UINT64_MAX : comm->timeout_ms * 1000000u;
@@ -542,7 +560,9 @@ static const char *wait_name(uint32_t kind, char *buf, size_t n, const cchan_dia
     switch (kind) {
     case CCHAN_WAIT_SEMAPHORE: snprintf(buf, n, "semaphore %u from peer %d", g->id, g->peer); break;
     case CCHAN_WAIT_PACKET: snprintf(buf, n, "LL packets from peer %d", g->peer); break;
-    case CCHAN_WAIT_FIFO_FULL: snprintf(buf, n, "a free proxy FIFO slot (channel %u)", g->id); break;
+    case CCHAN_WAIT_FIFO_FULL:
+        snprintf(buf, n, "a free proxy FIFO slot (channel %u)", g->id);
+        break;
     case CCHAN_WAIT_FLUSH: snprintf(buf, n, "a flush of port channel %u", g->id); break;
     case CCHAN_WAIT_BARRIER: snprintf(buf, n, "barrier %u", g->id); break;
     default: snprintf(buf, n, "wait kind %u", kind); break;
@@ -558,11 +578,11 @@ static int report_abort(cchan_comm_t *comm, const cchan_diag_t *g) {
     if (status == CCHAN_ERR_PEER_DEAD && dead >= 0)
         snprintf(cause, sizeof cause, "peer %d died: ", dead);
     pthread_mutex_lock(&comm->async_lock);
-    int r = cchani_error(status, "cchan_comm_check_device",
-                         "rank %d stopped waiting for %s (expected %llu, observed %llu): %s%s",
-                         g->rank, wait_name(g->kind, what, sizeof what, g),
-                         (unsigned long long)g->expected, (unsigned long long)g->observed, cause,
-                         comm->async_why);
+    int r =
+        cchani_error(status, "cchan_comm_check_device",
+                     "rank %d stopped waiting for %s (expected %llu, observed %llu): %s%s", g->rank,
+                     wait_name(g->kind, what, sizeof what, g), (unsigned long long)g->expected,
+                     (unsigned long long)g->observed, cause, comm->async_why);
     pthread_mutex_unlock(&comm->async_lock);
     return r;
 }

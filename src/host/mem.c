@@ -750,9 +750,22 @@ int cchan_mem_destroy(cchan_mem_t *mem) {
     return r ? cchani_error_wrap(r, "cchan_mem_destroy", "releasing a registration") : 0;
 }
 
-void *cchan_mem_ptr(const cchan_mem_t *mem) { return mem ? mem->ptr : NULL; }
-size_t cchan_mem_size(const cchan_mem_t *mem) { return mem ? mem->bytes : 0; }
-int cchan_mem_rank(const cchan_mem_t *mem) { return mem ? mem->owner_rank : -EINVAL; }
+/* A getter's return value cannot carry the reason, so a NULL handle leaves it in the last error. */
+static int no_mem(const char *where) { return cchani_error(-EINVAL, where, "mem is NULL"); }
+
+void *cchan_mem_ptr(const cchan_mem_t *mem) {
+    if (mem) return mem->ptr;
+    no_mem("cchan_mem_ptr");
+    return NULL;
+}
+size_t cchan_mem_size(const cchan_mem_t *mem) {
+    if (mem) return mem->bytes;
+    no_mem("cchan_mem_size");
+    return 0;
+}
+int cchan_mem_rank(const cchan_mem_t *mem) {
+    return mem ? mem->owner_rank : no_mem("cchan_mem_rank");
+}
 void *cchani_mem_host_ptr(const cchan_mem_t *mem) { return mem ? mem->host_ptr : NULL; }
 cchan_comm_t *cchani_mem_comm(const cchan_mem_t *mem) { return mem ? mem->comm : NULL; }
 int cchani_mem_is_local(const cchan_mem_t *mem) { return mem && !mem->imported; }
