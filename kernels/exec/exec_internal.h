@@ -57,6 +57,11 @@ int execi_error(int status, const char *where, const char *fmt, ...)
 #endif
     ;
 void execi_clear_error(void);
+const char *execi_op_name(int op);
+/* What the plan means (exec_verify.c): its buffers fit the collective, and a simulated run of
+ * every rank finishes, has no race, leaves nothing for the next run and computes the collective;
+ * 0 or -EINVAL naming the rank, block, op and what is wrong. */
+int execi_verify_plan(const cchan_exec_plan_t *p, const char *where);
 
 /* CUDA side (exec_cuda.cu; stubs in exec_nocuda.c). */
 int execi_cuda_alloc(int device, size_t bytes, void **out);

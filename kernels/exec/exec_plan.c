@@ -38,6 +38,10 @@ static const char *const exec_buf_names[EXEC_NBUF] = {"input", "output", "scratc
 static const char *const exec_coll_names[] = {"allreduce", "allgather", "reducescatter",
                                               "alltoall",  "broadcast", "custom"};
 
+const char *execi_op_name(int op) {
+    return (unsigned)op < EXEC_OP_COUNT ? exec_op_names[op] : "unknown";
+}
+
 const char *cchan_exec_collective_name(cchan_exec_collective_t c) {
     return (unsigned)c < 6 ? exec_coll_names[c] : "unknown";
 }
@@ -881,7 +885,8 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     }
     c->path[0] = 0;
     if (p->nblocks == 0) return bad(c, "ranks", "no rank has a thread block");
-    return check_cross(c, p);
+    if ((st = check_cross(c, p)) < 0) return st;
+    return execi_verify_plan(p, where);
 }
 
 static int plan_from_json(json_t *root, cchan_exec_plan_t **out, const char *where) {
