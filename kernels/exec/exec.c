@@ -870,6 +870,20 @@ static void *host_block_main(void *p) {
     return NULL;
 }
 
+/* A block that failed ended a wait: by its deadline, by an abort (a dead peer, cchan_comm_abort on
+ * any rank) or by a failed port request. The communicator's record names the wait and the cause;
+ * without one (another wait claimed it earlier) an abort's cause is all there is to say. The
+ * block's own thread wrote nothing this thread can read. */
+static int host_failure(cchan_exec_t *e, int s, uint32_t b, const char *where) {
+    int named = cchan_comm_check_device(e->comm);
+    if (named == 0 && s != CCHAN_ERR_DEVICE_TIMEOUT) named = cchan_comm_check(e->comm, where);
+    if (named != 0)
+        return execi_error(s, where, "plan \"%s\", rank %d, block %u: %s", e->plan->name, e->rank,
+                           b, cchan_last_error());
+    return execi_error(s, where, "plan \"%s\", rank %d, block %u: %s (no wait recorded a cause)",
+                       e->plan->name, e->rank, b, cchan_strerror(s));
+}
+
 /* Joins the asynchronous host run in flight, if any: its status. */
 static int host_join(cchan_exec_t *e) {
     static const char *where = "cchan_exec_run";
@@ -879,15 +893,7 @@ static int host_join(cchan_exec_t *e) {
     for (uint32_t b = 0; b < hr->started; b++) pthread_join(hr->th[b], NULL);
     int st = hr->status;
     for (uint32_t b = 0; b < hr->nblocks && !st; b++)
-        if (hr->hb[b].status) {
-            int s = hr->hb[b].status;
-            char diag[512];
-            snprintf(diag, sizeof diag, "%s", cchan_last_error());
-            st = execi_error(s, where,
-                             "plan \"%s\", rank %d, block %u: %s (a wait passed the deadline, "
-                             "CCHAN_TIMEOUT_MS, or a port request failed) %s",
-                             e->plan->name, e->rank, b, cchan_strerror(s), diag);
-        }
+        if (hr->hb[b].status) st = host_failure(e, hr->hb[b].status, b, where);
     free(hr);
     return st;
 }
