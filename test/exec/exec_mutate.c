@@ -248,7 +248,7 @@ static const char *mutate(json_t *root) {
         return "delete op";
     case 6:
         if (!(op = pick_op(root, &ops, &i))) return "none";
-        json_array_insert(ops, i, json_deep_copy(op));
+        json_array_insert_new(ops, i, json_deep_copy(op));
         return "duplicate op";
     case 7:
         if (!(op = pick_op(root, &ops, &i)) || i + 1 >= json_array_size(ops)) return "none";
