@@ -49,6 +49,11 @@ const char *cchan_exec_collective_name(cchan_exec_collective_t c) {
 /* ------------------------------------------------------------------ field access with paths */
 
 #define PATH_MAX_LEN 160
+
+/* Every message about a plan quotes its name, and a message has 1023 bytes: a longer name would
+ * push the reason out of them. A refused name is quoted up to EXEC_NAME_SHOWN bytes. */
+#define EXEC_NAME_MAX 256
+#define EXEC_NAME_SHOWN 48
 typedef struct ctx {
     const char *where;
     char path[PATH_MAX_LEN];
@@ -809,6 +814,16 @@ static int parse_plan(const json_t *root, cchan_exec_plan_t *p, const char *wher
     json_t *nm = json_object_get(root, "name");
     if (!nm) return bad(c, "name", "missing (required)");
     if (!json_is_string(nm)) return bad(c, "name", "is %s, want a string", json_kind(nm));
+    size_t name_len = json_string_length(nm);
+    if (name_len > EXEC_NAME_MAX) {
+        const char *s = json_string_value(nm);
+        int shown = EXEC_NAME_SHOWN;
+        while (shown > 0 && ((unsigned char)s[shown] & 0xC0) == 0x80) shown--; /* whole UTF-8 */
+        return bad(c, "name",
+                   "\"%.*s...\" (%zu bytes, quoted here up to %d): longer than the %d bytes a plan "
+                   "name may have",
+                   shown, s, name_len, shown, EXEC_NAME_MAX);
+    }
     p->name = strdup(json_string_value(nm));
     if (!p->name) return execi_error(-ENOMEM, where, "no memory");
     if ((st = get_enum(c, root, "collective", 1, exec_coll_names, 6, &e)) < 0) return st;

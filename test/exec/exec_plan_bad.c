@@ -95,6 +95,46 @@ static void expect_edit(const char *name, const edit_t *edits, int n, int want_s
         expect_edit(name, e_, 1, st, ph, ph2);                                                     \
     } while (0)
 
+/* A JSON string: lead, then n copies of unit (a UTF-8 character), quoted. */
+static char *json_name(const char *lead, const char *unit, size_t n) {
+    size_t l = strlen(lead), u = strlen(unit);
+    char *s = (char *)malloc(l + n * u + 3);
+    if (!s) exit(1);
+    s[0] = '"';
+    memcpy(s + 1, lead, l);
+    for (size_t i = 0; i < n; i++) memcpy(s + 1 + l + i * u, unit, u);
+    strcpy(s + 1 + l + n * u, "\"");
+    return s;
+}
+
+/* Every later message quotes the plan's name (cchan_exec_create, runs, cchan_coll's plan loader):
+ * a name of megabytes filled the 1023 bytes of the message and cut its reason off. A long name is
+ * refused, quoting its start (whole UTF-8 characters), its length and the limit. */
+static void expect_names(void) {
+    char *name = json_name("", "a", 256);
+    E1("name of 256 bytes", "name", name, 0, NULL, NULL);
+    free(name);
+    name = json_name("", "a", 257);
+    E1("name of 257 bytes", "name", name, -EINVAL, "name: \"aaaa", "(257 bytes");
+    free(name);
+    const size_t big = 10u << 20;
+    name = json_name("", "a", big);
+    E1("name of 10 MiB", "name", name, -EINVAL, "...\" (10485760 bytes, quoted here up to 48)",
+       "longer than the 256 bytes a plan name may have");
+    const char *msg = cchan_exec_last_error();
+    g_checks++;
+    if (strlen(msg) > 200) {
+        g_failures++;
+        fprintf(stderr, "FAIL name of 10 MiB: %zu bytes of message\n", strlen(msg));
+    }
+    free(name);
+    /* "a" and 200 two-byte characters: byte 48 is the second of one, so the quote stops before */
+    name = json_name("a", "\xc3\xa9", 200);
+    E1("name of 401 bytes in UTF-8", "name", name, -EINVAL,
+       "\xc3\xa9...\" (401 bytes, quoted here up to 47)", NULL);
+    free(name);
+}
+
 int main(void) {
     const char *seed = exec_fuzz_seed;
     expect_load("seed", seed, strlen(seed), 0, NULL, NULL);
@@ -169,6 +209,7 @@ int main(void) {
         edit_t e[] = {{"min_bytes", "200"}, {"max_bytes", "100"}};
         expect_edit("max below min", e, 2, -EINVAL, "max_bytes: 100 is below min_bytes 200", NULL);
     }
+    expect_names();
     printf("%d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
