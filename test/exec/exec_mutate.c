@@ -134,7 +134,8 @@ static void *run_rank(void *p) {
         if (st) {
             snprintf(r->err, sizeof r->err, "run %d: %s: %s", run, cchan_strerror(st),
                      cchan_exec_last_error());
-            r->timed_out = st == CCHAN_ERR_TIMEOUT || strstr(r->err, "timed out") != NULL ||
+            r->timed_out = st == CCHAN_ERR_TIMEOUT || st == CCHAN_ERR_DEVICE_TIMEOUT ||
+                           strstr(r->err, "timed out") != NULL ||
                            strstr(r->err, "deadline") != NULL;
             break;
         }
