@@ -53,6 +53,19 @@ def check_tensor(t, name, *, dtypes=None, device=None, ndim=None, shape=None, co
     return t
 
 
+def check_out_overlap(out, t, in_place_ptr, in_place):
+    """Raises ValueError naming `out` where its bytes overlap t's anywhere but at in_place_ptr,
+    the one place where the call works in place (None: it has no in-place form), described by
+    in_place. The kernels read the input while writing out: a partial overlap reads what they
+    already wrote."""
+    o0, t0 = out.data_ptr(), t.data_ptr()
+    o1, t1 = o0 + out.numel() * out.element_size(), t0 + t.numel() * t.element_size()
+    if o0 < t1 and t0 < o1 and o0 != in_place_ptr:
+        want = f"memory apart from it, or {in_place}" if in_place else "memory apart from it"
+        raise ValueError(f"out: overlaps the input (out at bytes [{o0:#x}, {o1:#x}), input at "
+                         f"[{t0:#x}, {t1:#x})); expected {want}")
+
+
 def stream_of(device):
     """The current stream's handle (cudaStream_t as an int) for a CUDA device, None on the CPU."""
     if device.type != "cuda":

@@ -7,7 +7,7 @@ import ctypes
 
 from . import _lib
 from ._lib import CchanError, check
-from ._torch import ClosedError, check_tensor, stream_of, torch
+from ._torch import ClosedError, check_out_overlap, check_tensor, stream_of, torch
 
 _DTYPES = {torch.float32: _lib.COLL_F32, torch.float16: _lib.COLL_F16,
            torch.bfloat16: _lib.COLL_BF16}
@@ -82,6 +82,7 @@ class Collectives:
             out = torch.empty_like(t, memory_format=torch.contiguous_format)
         else:
             self._check_out(out, t, t.shape)
+            check_out_overlap(out, t, t.data_ptr(), "out=t (in place)")
         self._agree("all_reduce", t, out.numel())
         check(_lib.coll().cchan_coll_allreduce(ptr, t.data_ptr(), out.data_ptr(), t.numel(),
                                                _DTYPES[t.dtype], _lib.COLL_AUTO,
@@ -98,6 +99,9 @@ class Collectives:
             out = torch.empty(shape, dtype=t.dtype, device=t.device)
         else:
             self._check_out(out, t, shape)
+            r = self.comm.rank
+            check_out_overlap(out, t, t.data_ptr() - r * t.numel() * t.element_size(),
+                              f"t = out[{r} * n:{r + 1} * n] (in place, n = t.numel())")
         self._agree("all_gather", t, out.numel())
         check(_lib.coll().cchan_coll_allgather(ptr, t.data_ptr(), out.data_ptr(), t.numel(),
                                                _DTYPES[t.dtype], _lib.COLL_AUTO,
@@ -117,6 +121,9 @@ class Collectives:
             out = torch.empty(shape, dtype=t.dtype, device=t.device)
         else:
             self._check_out(out, t, shape)
+            r = self.comm.rank
+            check_out_overlap(out, t, t.data_ptr() + r * out.numel() * out.element_size(),
+                              f"out = t[{r} * n:{r + 1} * n] (in place, n = out.numel())")
         self._agree("reduce_scatter", t, out.numel())
         check(_lib.coll().cchan_coll_reducescatter(ptr, t.data_ptr(), out.data_ptr(),
                                                    _numel(shape), _DTYPES[t.dtype],

@@ -19,7 +19,7 @@ import weakref
 
 from . import _lib
 from ._lib import check
-from ._torch import ClosedError, check_tensor, fp8_dtype, stream_of, torch
+from ._torch import ClosedError, check_out_overlap, check_tensor, fp8_dtype, stream_of, torch
 
 
 def _moe_error():
@@ -416,6 +416,7 @@ class Buffer:
             out = torch.empty((T, H), dtype=torch.bfloat16, device=dev)
         else:
             check_tensor(out, "out", dtypes=(torch.bfloat16,), device=dev, shape=(T, H))
+            check_out_overlap(out, x, None, None)
         stream = stream_of(dev)
         _mcheck(_lib.moe().cchan_moe_combine(hp, x.data_ptr(), topk_weights.data_ptr(),
                                              out.data_ptr(), 1 if return_recv_hook else 0, stream),
@@ -512,6 +513,7 @@ class Buffer:
             out = torch.empty((T, H), dtype=torch.bfloat16, device=dev)
         else:
             check_tensor(out, "out", dtypes=(torch.bfloat16,), device=dev, shape=(T, H))
+            check_out_overlap(out, x, None, None)
         _mcheck(_lib.moe().cchan_moe_combine(hp, x.data_ptr(), None, out.data_ptr(), 0,
                                              stream_of(dev)), "cchan_moe_combine")
         handle._keep = handle._keep + (x, out)

@@ -262,6 +262,22 @@ def case_coll_bad_input():
     raises(ValueError, "out", comm.reduce_scatter, torch.ones(SIZE * 2, device=DEV),
            out=torch.ones(3, device=DEV))
     raises(ValueError, "out", comm.all_reduce, x, out=torch.ones(8, device="meta"))
+    # out overlapping the input anywhere but where the call works in place: the kernels would read
+    # what they already wrote (wrong values before this was refused)
+    buf = torch.zeros(24 + 2 * SIZE, device=DEV)
+    raises(ValueError, "out: overlaps the input", comm.all_reduce, buf[0:8], out=buf[4:12])
+    raises(ValueError, "out: overlaps the input", comm.all_reduce, buf[4:12], out=buf[0:8])
+    raises(ValueError, "out=t (in place)", comm.all_reduce, buf[0:8], out=buf[1:9])
+    raises(ValueError, "out: overlaps the input", comm.all_gather, buf[0:2],
+           out=buf[1:1 + 2 * SIZE])
+    raises(ValueError, "out: overlaps the input", comm.reduce_scatter, buf[0:2 * SIZE],
+           out=buf[1:3])
+    # the in-place forms still work, and buffers that only touch do not overlap
+    buf.fill_(1.0)
+    comm.all_reduce(buf[0:8], out=buf[0:8])
+    comm.all_reduce(buf[8:16], out=buf[16:24])
+    expect(bool((buf[0:8] == SIZE).all()) and bool((buf[16:24] == SIZE).all()),
+           "all_reduce: in place and adjacent out= after the overlap refusals")
     if DEV.type == "cuda" and torch.cuda.device_count() > 1:
         other = torch.device("cuda", (DEV.index + 1) % torch.cuda.device_count())
         raises(ValueError, f"expected a tensor on {DEV}", comm.all_reduce,
@@ -607,6 +623,8 @@ def moe_bad_input(buf, E):
     raises(ValueError, "topk_idx", c, y, topk[:, :1], w, h)
     raises(ValueError, "out", c, y, topk, w, h, out=torch.zeros((3, H), dtype=torch.bfloat16,
                                                                  device=DEV))
+    raises(ValueError, "out: overlaps the input", c, y, topk, w, h,
+           out=y.view(-1)[:4 * H].view(4, H))
     raises(NotImplementedError, "use_logfmt", c, y, topk, w, h, use_logfmt=True)
     raises(NotImplementedError, "zero_copy", c, y, topk, w, h, zero_copy=True)
     c(y, topk, w, h)  # the pass completes on every rank
