@@ -227,6 +227,10 @@ class CommConfig(Structure):
     ]
 
 
+# cchan_comm_config_t.timeout_ms that means "take CCHAN_TIMEOUT_MS" (UINT64_MAX)
+TIMEOUT_FROM_ENV = (1 << 64) - 1
+
+
 def comm_config(platform=PLATFORM_AUTO, device=-1, timeout_ms=None):
     """CCHAN_COMM_CONFIG_INIT with the given fields."""
     cfg = CommConfig()
@@ -235,7 +239,7 @@ def comm_config(platform=PLATFORM_AUTO, device=-1, timeout_ms=None):
     cfg.version = version_code()
     cfg.platform = platform
     cfg.device = device
-    cfg.timeout_ms = (1 << 64) - 1 if timeout_ms is None else int(timeout_ms)
+    cfg.timeout_ms = TIMEOUT_FROM_ENV if timeout_ms is None else int(timeout_ms)
     return cfg
 
 
@@ -248,6 +252,7 @@ def _core_prototypes(lib):
     protos = {
         "cchan_version": (c_char_p, []),
         "cchan_version_code": (c_int, []),
+        "cchan_env_timeout_ms": (c_uint64, []),
         "cchan_strerror": (c_char_p, [c_int]),
         "cchan_last_error": (c_char_p, []),
         "cchan_get_unique_id": (c_int, [POINTER(UniqueId)]),

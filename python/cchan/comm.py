@@ -2,6 +2,7 @@
 group or a unique id."""
 
 import ctypes
+import operator
 import os
 import weakref
 
@@ -27,6 +28,41 @@ def cuda_built():
     return "cuda" in [f.strip() for f in feats.split(",")]
 
 
+# Deadline of device-side waits when neither timeout_ms nor CCHAN_TIMEOUT_MS sets one: ranks that
+# disagree on a call's shape then fail instead of waiting forever. Ten minutes, like
+# torch.distributed's NCCL default: long enough for ranks that arrive late (checkpoints,
+# compilation), short enough that a mismatch is not mistaken for a slow job.
+DEFAULT_TIMEOUT_MS = 600_000
+
+# The C config's 64-bit field; its largest value means "take CCHAN_TIMEOUT_MS".
+_TIMEOUT_MAX = _lib.TIMEOUT_FROM_ENV - 1
+
+
+def _check_timeout(timeout_ms):
+    """timeout_ms as an int, or None; ValueError naming it where the C field cannot hold it (a
+    value past 64 bits would wrap, 2**64 to 0: no deadline)."""
+    if timeout_ms is None:
+        return None
+    try:
+        v = operator.index(timeout_ms)
+    except TypeError:
+        v = None
+    if v is None or not 0 <= v <= _TIMEOUT_MAX:
+        raise ValueError(f"timeout_ms: expected None or an int in [0, 2**64 - 2] (milliseconds; "
+                         f"0: no deadline), got {timeout_ms!r}")
+    return v
+
+
+def _resolve_timeout(timeout_ms):
+    """What the C config gets: the caller's value, else CCHAN_TIMEOUT_MS (the library reads it),
+    else DEFAULT_TIMEOUT_MS."""
+    if timeout_ms is not None:
+        return timeout_ms
+    if os.environ.get("CCHAN_TIMEOUT_MS", ""):
+        return None
+    return DEFAULT_TIMEOUT_MS
+
+
 def _resolve_platform(platform):
     if platform is None or platform == "auto":
         return "cuda" if torch.cuda.is_available() and cuda_built() else "host"
@@ -50,7 +86,8 @@ class Comm:
     platform: 'auto' (CUDA where torch sees a GPU and the library was built with CUDA, else the
     host backend: CPU threads over shared memory), 'host' or 'cuda'. device: the GPU ordinal on
     CUDA; None takes the local rank modulo the GPUs torch sees (and makes it torch's current
-    device). timeout_ms: deadline of device-side waits (None: CCHAN_TIMEOUT_MS or the default).
+    device). timeout_ms: deadline of device-side waits in ms, 0 for none (None: CCHAN_TIMEOUT_MS
+    where set, else DEFAULT_TIMEOUT_MS, ten minutes); `comm.timeout_ms` is the one in force.
     check_args (default: CCHAN_PY_CHECK_ARGS=1 in the environment): before each collective or MoE
     call, the ranks compare the call's shape over the bootstrap (a host all-gather) and all raise
     ValueError naming the argument where they disagree, instead of waiting for data that never
@@ -63,6 +100,7 @@ class Comm:
 
     def __init__(self, platform="auto", device=None, timeout_ms=None, *, check_args=None,
                  _bootstrap=None):
+        timeout_ms = _check_timeout(timeout_ms)
         lib = _lib.core()
         if check_args is None:
             check_args = os.environ.get("CCHAN_PY_CHECK_ARGS", "0") not in ("", "0")
@@ -93,7 +131,7 @@ class Comm:
                 torch.cuda.set_device(dev)
             elif device is not None and torch.device(device).type != "cpu":
                 raise ValueError(f"device: the host platform runs on the CPU, got {device!r}")
-            cfg = _lib.comm_config(_PLATFORMS[plat], dev, timeout_ms)
+            cfg = _lib.comm_config(_PLATFORMS[plat], dev, _resolve_timeout(timeout_ms))
             out = ctypes.c_void_p()
             check(lib.cchan_comm_create(bs, ctypes.byref(cfg), ctypes.byref(out)),
                   "cchan_comm_create")
@@ -101,6 +139,9 @@ class Comm:
             lib.cchan_bootstrap_destroy(bs)
             raise
         self._ptr = out
+        self.timeout_ms = int(cfg.timeout_ms)
+        if self.timeout_ms == _lib.TIMEOUT_FROM_ENV:
+            self.timeout_ms = int(lib.cchan_env_timeout_ms())
         self.rank = lib.cchan_comm_rank(out)
         self.size = lib.cchan_comm_size(out)
         self.local_rank = lib.cchan_bootstrap_local_rank(bs)
@@ -119,6 +160,7 @@ class Comm:
     @classmethod
     def from_unique_id(cls, uid, rank, size, platform="auto", device=None, timeout_ms=None,
                        check_args=None):
+        _check_timeout(timeout_ms)  # before the bootstrap: the other ranks would wait for it
         if not isinstance(uid, (bytes, bytearray)) or len(uid) != 128:
             n = len(uid) if hasattr(uid, "__len__") else "?"
             raise ValueError(f"uid: expected the 128 bytes of cchan.unique_id(), got "
@@ -142,6 +184,7 @@ class Comm:
         a CUDA tensor)."""
         import torch.distributed as dist
 
+        _check_timeout(timeout_ms)
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("group: torch.distributed is not initialized "
                              "(call torch.distributed.init_process_group first)")

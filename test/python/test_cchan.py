@@ -794,6 +794,43 @@ def case_graph():
         plan.close()
 
 
+def case_deadline():
+    """A communicator has a deadline by default (ranks that disagree on a call's shape fail
+    instead of waiting forever); timeout_ms outside the C field's 64 bits is refused."""
+    env = os.environ.pop("CCHAN_TIMEOUT_MS", None)
+    try:
+        with cchan.Comm(platform=PLATFORM) as c:
+            expect(c.timeout_ms == cchan.comm.DEFAULT_TIMEOUT_MS == 600_000,
+                   f"default deadline: timeout_ms {getattr(c, 'timeout_ms', None)}")
+        os.environ["CCHAN_TIMEOUT_MS"] = "4321"
+        with cchan.Comm(platform=PLATFORM) as c:
+            expect(c.timeout_ms == 4321, f"CCHAN_TIMEOUT_MS=4321: timeout_ms {c.timeout_ms}")
+        with cchan.Comm(platform=PLATFORM, timeout_ms=0) as c:
+            expect(c.timeout_ms == 0, f"timeout_ms=0 (no deadline): {c.timeout_ms}")
+    finally:
+        os.environ.pop("CCHAN_TIMEOUT_MS", None)
+        if env is not None:
+            os.environ["CCHAN_TIMEOUT_MS"] = env
+    # refused before the bootstrap (on every rank: each checks its own argument)
+    for bad in (2**70, 2**64, 2**64 - 1, -1, 1.5, "10"):
+        raises(ValueError, "timeout_ms: expected None or an int in [0, 2**64 - 2]", cchan.Comm,
+               platform=PLATFORM, timeout_ms=bad)
+    raises(ValueError, "timeout_ms", cchan.Comm.from_unique_id, bytes(128), RANK, SIZE,
+           timeout_ms=2**70)
+    raises(ValueError, "timeout_ms", cchan.Comm.from_process_group, platform=PLATFORM,
+           timeout_ms=-5)
+    if DEV.type == "cuda":
+        return  # a GPU wait that times out traps its kernel: the context would not survive
+    # a shape mismatch: rank 0 sends 8 elements, the others wait for 16 and time out
+    with cchan.Comm(platform=PLATFORM, timeout_ms=1000) as c:
+        try:
+            c.all_reduce(torch.ones(8 if RANK == 0 else 16, device=DEV))
+            expect(RANK == 0, "shape mismatch: a rank waiting for data returned")
+        except cchan.CchanError as e:
+            expect(RANK != 0 and e.status == cchan._lib.CCHAN_ERR_DEVICE_TIMEOUT,
+                   f"shape mismatch: {e}")
+
+
 def case_check_args():
     """check_args: ranks that disagree on a call's shape all get a ValueError naming the argument
     (without it they would wait for data that never comes)."""
@@ -881,7 +918,7 @@ def case_plan():
     raises(TypeError, "plan", cchan.Plan, comm, 42)
 
 
-CASES = [case_comm, case_check_args, case_memory, case_all_reduce, case_all_gather,
+CASES = [case_comm, case_deadline, case_check_args, case_memory, case_all_reduce, case_all_gather,
          case_reduce_scatter, case_coll_bad_input, case_custom_allreduce, case_moe_ll, case_moe_ht,
          case_plan, case_graph]
 
