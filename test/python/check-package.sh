@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The package as users install it:
-#   1. pip install ./python into a venv (offline: --no-index --no-build-isolation, the venv sees
-#      the system's setuptools and torch), then a 2-rank all-reduce with the build tree's
-#      libraries through CCHAN_LIBRARY_PATH;
+#   1. pip install ./python into a venv, offline (--no-index, no find-links, no pip config) and
+#      with pip's build isolation: the in-tree build backend needs nothing installed; then a
+#      2-rank all-reduce with the build tree's libraries through CCHAN_LIBRARY_PATH;
 #   2. cmake --install into a scratch prefix: the installed package finds that prefix's libraries
 #      by itself (_install_paths.py), and the venv's package finds them through cchan-run on PATH.
 #
@@ -14,8 +14,8 @@ if ! "$py" -c 'import torch' >/dev/null 2>&1; then
     echo "SKIP: $py lacks torch (Debian: apt-get install python3-torch)"
     exit 77
 fi
-if ! "$py" -c 'import venv, ensurepip, setuptools' >/dev/null 2>&1 || ! "$py" -m pip --version >/dev/null 2>&1; then
-    echo "SKIP: $py lacks venv, pip or setuptools (Debian: apt-get install python3-venv python3-pip)"
+if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1 || ! "$py" -m pip --version >/dev/null 2>&1; then
+    echo "SKIP: $py lacks venv or pip (Debian: apt-get install python3-venv python3-pip)"
     exit 77
 fi
 rm -rf "$work"
@@ -24,9 +24,12 @@ run=("$build/cchan-run" -n 2 --timeout 120)
 
 # 1. pip install into a venv
 "$py" -m venv --system-site-packages "$work/venv"
-cp -r "$src/python" "$work/python" # setuptools writes its egg-info next to the sources
+cp -r "$src/python" "$work/python" # a build may leave __pycache__ next to the sources
 rm -rf "$work/python/cchan/__pycache__" "$work/python/cchan/_install_paths.py"
-"$work/venv/bin/python" -m pip install -q --no-index --no-build-isolation "$work/python"
+# As a machine without a package index runs it: pip installs the build requirements into an
+# isolated environment first, so any requirement would fail here.
+env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 \
+    "$work/venv/bin/python" -m pip install -q "$work/python"
 cd "$work"
 out=$(CCHAN_LIBRARY_PATH="$build" "${run[@]}" "$work/venv/bin/python" "$src/test/python/smoke.py")
 echo "$out"

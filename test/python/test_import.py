@@ -1,6 +1,7 @@
 """`import cchan` needs neither torch nor the C libraries (cchan.dsl, pure Python, must keep
 working without them); the tensor API says what is missing; the libraries are found through
-CCHAN_LIBRARY_PATH, and a clear ImportError names CCHAN_LIBRARY_PATH where they are not found.
+CCHAN_LIBRARY_PATH, and a clear ImportError names CCHAN_LIBRARY_PATH where they are not found; the
+build backend reads pyproject.toml without tomllib.
 
     python3 test/python/test_import.py <build dir>
 """
@@ -69,6 +70,21 @@ try:
                "missing libraries: ImportError naming CCHAN_LIBRARY_PATH", out)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
+
+# 4. the build backend reads pyproject.toml without tomllib (Pythons before 3.11) as tomllib does
+sys.path.insert(0, os.path.join(pkg, "_backend"))
+try:
+    import tomllib
+except ImportError:
+    print("SKIP part 4: no tomllib (Python before 3.11) to compare with")
+else:
+    import cchan_build
+
+    toml = os.path.join(pkg, "pyproject.toml")
+    with open(toml, encoding="utf-8") as f:
+        text = f.read()
+    expect(cchan_build._parse_toml_subset(text) == tomllib.loads(text),
+           "cchan_build reads pyproject.toml without tomllib as tomllib does")
 
 print(f"test_import: {len(failures)} failures")
 sys.exit(1 if failures else 0)
