@@ -211,6 +211,11 @@ class UniqueId(Structure):
     _fields_ = [("internal", c_uint8 * 128)]
 
 
+# CCHAN_VERSION_CODE of the cchan.h these bindings match: the config structs below carry it, so a
+# library older than the bindings refuses them (CCHAN_ERR_VERSION) instead of misreading fields
+# it does not know. Bump it with the structs; test_import.py checks it against include/cchan.
+CCHAN_VERSION_CODE = 100
+
 PLATFORM_AUTO, PLATFORM_HOST, PLATFORM_CUDA, PLATFORM_HIP = 0, 1, 2, 3
 CCHAN_COMM_CONFIG_MAGIC = 0x63636831
 CCHAN_MEM_HOST = 0x1
@@ -236,7 +241,7 @@ def comm_config(platform=PLATFORM_AUTO, device=-1, timeout_ms=None):
     cfg = CommConfig()
     cfg.size = ctypes.sizeof(CommConfig)
     cfg.magic = CCHAN_COMM_CONFIG_MAGIC
-    cfg.version = version_code()
+    cfg.version = CCHAN_VERSION_CODE
     cfg.platform = platform
     cfg.device = device
     cfg.timeout_ms = TIMEOUT_FROM_ENV if timeout_ms is None else int(timeout_ms)
@@ -244,6 +249,7 @@ def comm_config(platform=PLATFORM_AUTO, device=-1, timeout_ms=None):
 
 
 def version_code():
+    """The loaded library's CCHAN_VERSION_CODE."""
     return core().cchan_version_code()
 
 
@@ -309,7 +315,7 @@ def coll_config(scratch_bytes=0, max_blocks=0):
     cfg = CollConfig()
     cfg.size = ctypes.sizeof(CollConfig)
     cfg.magic = CCHAN_COLL_CONFIG_MAGIC
-    cfg.version = version_code()
+    cfg.version = CCHAN_VERSION_CODE
     cfg.scratch_bytes = scratch_bytes
     cfg.max_blocks = max_blocks
     return cfg
