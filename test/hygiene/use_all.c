@@ -83,6 +83,17 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     cchan_block_sync();
     if (a.flag == 0xdead0u) cchan_trap();
 
+    /* arch/warp.h (every lane of the warp calls the ballot and the shuffle) */
+    {
+        const uint32_t lane = cchan_lane_id(tid);
+        cchan_lane_mask_t voters = cchan_warp_ballot((int)((a.u64[13] >> lane) & 1u));
+        acc += cchan_lane_popc(voters & cchan_lanes_below(lane)) + cchan_warp_id(tid);
+        float f = (float)acc;
+        f += cchan_warp_shfl_xor_f32(CCHAN_LANE_MASK_ALL, f, CCHAN_WARP_SIZE / 2, CCHAN_WARP_SIZE);
+        f += cchan_warp_shfl_xor_f32(cchan_lane_group_mask(lane, 16), f, 8, 16);
+        acc += (int64_t)f;
+    }
+
     /* wait.h */
     {
         cchan_deadline_t d;

@@ -9,6 +9,10 @@
  * or always on the host backend). Device functions are declared CCHAN_DEVICE_INLINE; on the host pass
  * of a GPU compiler they exist but cannot be called from host code, as usual for __device__ code.
  *
+ * Warp width (arch/warp.h): CCHAN_WARP_SIZE is 32 on CUDA, the target's wavefront size on HIP (64
+ * on gfx9/CDNA), and CCHAN_HOST_WARP_SIZE (32 unless defined to 64) on the host backend; lane masks
+ * are cchan_lane_mask_t, of that width.
+ *
  * Memory ordering vocabulary (the CUDA memory model's, which C11's maps onto):
  *   scope SYS: visible to other GPUs, the CPU and NICs; scope DEV: visible within this GPU.
  *   load_acquire: later accesses are not performed before this load.
@@ -93,5 +97,6 @@ CCHAN_STATIC_ASSERT(sizeof(cchan_vec8_t) == 8, "cchan_vec8_t must be 8 bytes");
 CCHAN_EXTERN_C_END
 
 #include "cchan/arch/atomic.h"
+#include "cchan/arch/warp.h"
 
 #endif /* CCHAN_ARCH_ARCH_H */
