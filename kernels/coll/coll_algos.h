@@ -233,15 +233,16 @@ CCHAN_DEVICE_INLINE void coll_ll_end(const coll_args_t *a, uint32_t block, uint3
 }
 
 /* The first packet a thread of an LL kernel handles (it then steps by nblocks * nthreads).
- * Consecutive warps go to consecutive blocks, so a message of a few thousand packets is sent and
+ * Consecutive warps go to consecutive blocks, and the lanes of a warp to consecutive packets (one
+ * coalesced store per warp, at any warp width), so a message of a few thousand packets is sent and
  * polled from every block's SM rather than from the first few: one SM's remote stores are what
  * limit a small message (docs/tuning.md, "LL packet spread"). Any bijection
  * onto [0, nblocks * nthreads) works here: the slots' reuse rule holds kernel by kernel (see
  * above), not block by block. */
 CCHAN_HOST_DEVICE_INLINE uint64_t coll_ll_index(uint32_t block, uint32_t nblocks, uint32_t tid,
                                                 uint32_t nthreads) {
-    if (nthreads % 32u) return (uint64_t)block * nthreads + tid;
-    return ((uint64_t)(tid / 32u) * nblocks + block) * 32u + tid % 32u;
+    if (nthreads % CCHAN_WARP_SIZE) return (uint64_t)block * nthreads + tid;
+    return ((uint64_t)cchan_warp_id(tid) * nblocks + block) * CCHAN_WARP_SIZE + cchan_lane_id(tid);
 }
 
 /* payload bytes starting at src, as packets into every peer's slot `slot_src` (this rank). */

@@ -208,21 +208,29 @@ static void test_errors(cchan_coll_t *coll) {
 }
 
 /* The LL kernels' packet-to-thread map: a bijection onto [0, nblocks * nthreads) for every shape,
- * and a small message lands on every block (a 16 KiB AllGather's 1024 packets on all 16 of 16
- * blocks of 512 threads, not on the first 2). */
+ * the lanes of a warp on consecutive packets, a warp-aligned run of them (one coalesced store per
+ * warp: CCHAN_WARP_SIZE lanes, 64 in the wave64 build), and a small message lands on every block
+ * (a 16 KiB AllGather's 1024 packets on all 16 of 16 blocks of 512 threads, not on the first 2). */
 static void test_ll_index(void) {
-    static const uint32_t shapes[][2] = {{16, 512}, {16, 1}, {2, 1}, {32, 256}, {7, 96}, {1, 32}};
+    static const uint32_t shapes[][2] = {{16, 512}, {16, 1}, {2, 1},  {32, 256},
+                                         {7, 96},   {1, 32}, {3, 64}, {5, 192}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         uint32_t nb = shapes[s][0], nt = shapes[s][1];
         size_t n = (size_t)nb * nt;
         unsigned char *seen = calloc(n, 1);
-        int bad = 0;
+        int bad = 0, split = 0;
         for (uint32_t b = 0; b < nb; b++)
             for (uint32_t t = 0; t < nt; t++) {
                 uint64_t i = coll_ll_index(b, nb, t, nt);
                 if (i >= n || seen[i]++) bad++;
+                if (nt % CCHAN_WARP_SIZE) continue;
+                if (cchan_lane_id(t) == 0 ? i % CCHAN_WARP_SIZE != 0
+                                          : i != coll_ll_index(b, nb, t - 1, nt) + 1)
+                    split++;
             }
         CT_EXPECT(bad == 0, "coll_ll_index %ux%u: %d collisions or out of range", nb, nt, bad);
+        CT_EXPECT(split == 0, "coll_ll_index %ux%u: %d threads off their warp's run of %d packets",
+                  nb, nt, split, CCHAN_WARP_SIZE);
         free(seen);
     }
     unsigned used = 0; /* blocks holding one of packets 0..1023 */
