@@ -126,10 +126,10 @@ CCHAN_DEVICE_INLINE int moe_ht_receiver(int want, const moe_block_t *b, int *nre
     return (int)b->block - S; /* < 0: a sender */
 }
 
-/* Warps of a block (a "warp" is one thread on the host backend). */
+/* Warps of a block (a "warp" is one thread on the host backend, where a block is one thread). */
 CCHAN_DEVICE_INLINE void moe_warps(const moe_block_t *b, int *lane, int *warp, int *nwarps,
                                    int *width) {
-    const int w = b->nthreads >= 32 ? 32 : 1;
+    const int w = b->nthreads >= CCHAN_WARP_SIZE ? CCHAN_WARP_SIZE : 1;
     *width = w;
     *lane = (int)b->tid % w;
     *warp = (int)b->tid / w;

@@ -93,6 +93,11 @@ typedef struct moe_op {
 #define MOE_ERR_EXPERT_DUP 2
 #define MOE_ERR_COUNT 3
 
+/* Warps of a block the block scan keeps sums for: 1024 threads at the narrowest warp (32 lanes).
+ * A constant, not 1024 / CCHAN_WARP_SIZE: host code sizes the shared memory of GPU launches
+ * (moe_smem_bytes), and the host backend's width is not the GPU's. */
+#define MOE_SCAN_WARPS_MAX 32
+
 /* Per-block context: who runs, and its shared memory carved by moe_smem_layout. */
 typedef struct moe_block {
     uint32_t block, nblocks, tid, nthreads;
@@ -100,7 +105,7 @@ typedef struct moe_block {
     uint32_t *mask;  /* [T] destination ranks of each token */
     uint16_t *slot;  /* [T][N] slot of token t at rank r (exclusive prefix of mask bits) */
     uint32_t *total; /* [N] tokens to rank r; then scratch */
-    uint32_t *wsum;  /* [32][N] scan scratch */
+    uint32_t *wsum;  /* [MOE_SCAN_WARPS_MAX][N] scan scratch */
     int32_t *hist;   /* [L] */
     uint32_t *list;  /* [max(B, T)] receive list */
     int32_t *misc;   /* [4 * MOE_MAX_RANKS + MOE_MAX_TOPK] */
@@ -108,8 +113,9 @@ typedef struct moe_block {
 
 /* Shared memory of one block; B (max tokens per rank) bounds the token count of every phase. */
 CCHAN_HOST_DEVICE_INLINE uint64_t moe_smem_bytes(int K, int N, int L, int B) {
-    uint64_t n = (uint64_t)B * K * 4 + (uint64_t)B * 4 * 2 + (uint64_t)N * 4 + 32u * N * 4 +
-                 (uint64_t)L * 4 + (4 * MOE_MAX_RANKS + MOE_MAX_TOPK) * 4 + (uint64_t)B * N * 2;
+    uint64_t n = (uint64_t)B * K * 4 + (uint64_t)B * 4 * 2 + (uint64_t)N * 4 +
+                 (uint64_t)MOE_SCAN_WARPS_MAX * N * 4 + (uint64_t)L * 4 +
+                 (4 * MOE_MAX_RANKS + MOE_MAX_TOPK) * 4 + (uint64_t)B * N * 2;
     return (n + 15) / 16 * 16;
 }
 
@@ -125,7 +131,7 @@ CCHAN_DEVICE_INLINE void moe_smem_layout(moe_block_t *b, uint8_t *smem, int K, i
     b->total = (uint32_t *)(void *)p;
     p += (uint64_t)N * 4;
     b->wsum = (uint32_t *)(void *)p;
-    p += 32u * N * 4;
+    p += (uint64_t)MOE_SCAN_WARPS_MAX * N * 4;
     b->hist = (int32_t *)(void *)p;
     p += (uint64_t)L * 4;
     b->misc = (int32_t *)(void *)p;
@@ -361,7 +367,8 @@ CCHAN_DEVICE_INLINE void moe_store_bf16x8(void *p, const float *acc) {
 
 /* Exclusive prefix of bit c of bits[i] over i < n, for columns c < ncols (<= MOE_MAX_RANKS):
  * prefix[i * ncols + c] (uint16, when prefix != NULL) and total[c]. Every thread of the block
- * calls it; on a GPU nthreads is a multiple of 32 and at most 1024. */
+ * calls it; on a GPU nthreads is a multiple of CCHAN_WARP_SIZE and at most 1024 (wsum holds
+ * MOE_SCAN_WARPS_MAX warps). */
 CCHAN_DEVICE_INLINE void moe_block_scan_bits(const uint32_t *bits, int n, int ncols,
                                              uint16_t *prefix, uint32_t *total, uint32_t *wsum,
                                              uint32_t tid, uint32_t nthreads) {
@@ -376,7 +383,8 @@ CCHAN_DEVICE_INLINE void moe_block_scan_bits(const uint32_t *bits, int n, int nc
             total[c] += (bits[i] >> c) & 1u;
         }
 #else
-    const uint32_t lane = tid & 31u, warp = tid >> 5, nwarps = nthreads >> 5;
+    const uint32_t lane = cchan_lane_id(tid), warp = cchan_warp_id(tid);
+    const uint32_t nwarps = nthreads / CCHAN_WARP_SIZE;
     if (tid < (uint32_t)ncols) total[tid] = 0;
     __syncthreads();
     for (int base = 0; base < n; base += (int)nthreads) {
@@ -384,9 +392,9 @@ CCHAN_DEVICE_INLINE void moe_block_scan_bits(const uint32_t *bits, int n, int nc
         uint32_t b = i < n ? bits[i] : 0u;
         uint32_t pre[MOE_MAX_RANKS];
         for (int c = 0; c < ncols; c++) {
-            uint32_t bal = __ballot_sync(0xffffffffu, (b >> c) & 1u);
-            pre[c] = __popc(bal & ((1u << lane) - 1u));
-            if (lane == 0) wsum[warp * ncols + c] = __popc(bal);
+            cchan_lane_mask_t bal = cchan_warp_ballot((int)((b >> c) & 1u));
+            pre[c] = cchan_lane_popc(bal & cchan_lanes_below(lane));
+            if (lane == 0) wsum[warp * ncols + c] = cchan_lane_popc(bal);
         }
         __syncthreads();
         if (tid < (uint32_t)ncols) {

@@ -78,10 +78,9 @@ CCHAN_DEVICE_INLINE int moe_ll_dispatch_send(const moe_dev_t *d, const moe_op_t 
                     f[2 * i + 1] = moe_bf16_hi(x.w[i]);
                     amax = fmaxf(amax, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
                 }
-                const unsigned lane = threadIdx.x & 31u;
-                const unsigned gmask = 0xffffu << (lane & 16u);
+                const cchan_lane_mask_t group = cchan_lane_group_mask(cchan_lane_id(b->tid), 16);
                 for (int o = 8; o > 0; o >>= 1)
-                    amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, o, 16));
+                    amax = fmaxf(amax, cchan_warp_shfl_xor_f32(group, amax, o, 16));
                 amax = moe_fp8_amax_clamp(amax);
                 float inv = 448.0f / amax;
                 uint32_t q0 = moe_pack_e4m3x4(f[0] * inv, f[1] * inv, f[2] * inv, f[3] * inv);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cchan_moe.h"
+#include "moe_ht.h" /* moe_warps */
 #include "moe_ref.h"
 
 static int g_rank = -1;
@@ -442,6 +443,26 @@ static void abort_case(void) {
     free(out);
 }
 
+/* The HT kernels' warps of a block: on a GPU-sized block, groups of CCHAN_WARP_SIZE lanes (64 in
+ * the wave64 build) that are the hardware's warps; on the host backend's one-thread block, one
+ * lane. */
+static void warp_split(void) {
+    for (uint32_t nthreads = 1; nthreads <= 1024; nthreads = nthreads == 1 ? 128 : nthreads * 2) {
+        moe_block_t b;
+        memset(&b, 0, sizeof b);
+        b.nthreads = nthreads;
+        for (b.tid = 0; b.tid < nthreads; b.tid++) {
+            int lane, warp, nw, width;
+            moe_warps(&b, &lane, &warp, &nw, &width);
+            const int want = nthreads == 1 ? 1 : CCHAN_WARP_SIZE;
+            CHECK(width == want && nw == (int)nthreads / want, "%u threads: %d warps of %d lanes",
+                  nthreads, nw, width);
+            CHECK(warp == (int)b.tid / want && lane == (int)b.tid % want && warp < nw,
+                  "thread %u of %u: lane %d of warp %d", b.tid, nthreads, lane, warp);
+        }
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     cchan_bootstrap_t *bs = NULL;
@@ -453,6 +474,7 @@ int main(void) {
     }
     g_rank = cchan_comm_rank(g_comm);
     g_n = cchan_comm_size(g_comm);
+    warp_split();
     if (g_n > MOE_MAX_RANKS) {
         printf("SKIP: %d ranks > %d\n", g_n, MOE_MAX_RANKS);
         return 77;
