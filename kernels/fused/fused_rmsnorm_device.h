@@ -92,14 +92,17 @@ CCHAN_HOST_DEVICE_INLINE float cchan_fused_round(float v) {
     return cchan_bf16_to_f32(cchan_f32_to_bf16(v));
 }
 
-/* Sum of v over the block's threads, on every thread. smem holds 32 floats. */
-#if defined(CCHAN_BACKEND_CUDA)
+/* Sum of v over the block's threads, on every thread. smem holds 32 floats (a warp's sum each:
+ * 1024 threads at the narrowest warp). nthreads is a multiple of the warp width, so every lane
+ * takes part in the shuffles. */
+#if defined(CCHAN_BACKEND_CUDA) || defined(CCHAN_BACKEND_HIP)
 CCHAN_DEVICE_INLINE float cchan_fused_block_sum(float v, float *smem, uint32_t tid,
                                                 uint32_t nthreads) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    uint32_t nwarps = (nthreads + 31) / 32;
+    for (int o = CCHAN_WARP_SIZE / 2; o > 0; o >>= 1)
+        v += cchan_warp_shfl_xor_f32(CCHAN_LANE_MASK_ALL, v, o, CCHAN_WARP_SIZE);
+    uint32_t nwarps = (nthreads + CCHAN_WARP_SIZE - 1) / CCHAN_WARP_SIZE;
     __syncthreads(); /* smem may still be read from the previous row */
-    if ((tid & 31) == 0) smem[tid / 32] = v;
+    if (cchan_lane_id(tid) == 0) smem[cchan_warp_id(tid)] = v;
     __syncthreads();
     float s = 0.0f;
     for (uint32_t w = 0; w < nwarps; w++) s += smem[w];

@@ -3,10 +3,12 @@
 
 #include "fused_rmsnorm_internal.h"
 
-/* Threads per block: one 16-byte vector (8 bf16) of the block's slice each, up to 1024. */
+/* Threads per block: one 16-byte vector (8 bf16) of the block's slice each, up to 1024, in whole
+ * warps (cchan_fused_block_sum shuffles over every lane). */
 static uint32_t block_threads(uint32_t nvec) {
-    uint32_t t = (nvec + 31) / 32 * 32;
-    return t > CCHAN_FUSED_MAX_THREADS ? CCHAN_FUSED_MAX_THREADS : (t < 32 ? 32 : t);
+    uint32_t t = (nvec + CCHAN_WARP_SIZE - 1) / CCHAN_WARP_SIZE * CCHAN_WARP_SIZE;
+    return t > CCHAN_FUSED_MAX_THREADS ? CCHAN_FUSED_MAX_THREADS
+                                       : (t < CCHAN_WARP_SIZE ? CCHAN_WARP_SIZE : t);
 }
 
 __global__ void __launch_bounds__(CCHAN_FUSED_MAX_THREADS)
