@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all build configure test run install deps format clean plans
+.PHONY: all build configure test run install deps format clean plans wheel
 
 all: build
 
@@ -31,6 +31,11 @@ run:
 
 install: build
 	@$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
+
+# A wheel of the Python package carrying this build's libraries (cchan/_libs/), so an installed
+# wheel needs no CCHAN_LIBRARY_PATH: $(BUILD)/dist/cchan-<version>-py3-none-<platform>.whl
+wheel: configure
+	@$(CMAKE) --build $(BUILD) -j $(JOBS) --target wheel
 
 # Formats the files changed since the last commit (clang-format, .clang-format).
 format:

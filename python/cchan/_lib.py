@@ -4,6 +4,8 @@ Each C header has one section here (cchan.h, cchan_coll.h, cchan_moe.h, cchan_ex
 change of a C signature or struct is one edit in this file. Nothing here imports torch.
 
 Where the libraries are looked for, first hit wins:
+  0. the package's own _libs folder (a wheel from `make wheel` carries the libraries there, so
+     the package and the libraries it was built with go together);
   1. CCHAN_LIBRARY_PATH: directories separated by ':' (each searched for libcchan.so,
      libcchan_coll.so, libcchan_moe.so, libcchan_exec.so, also in its kernels/coll, kernels/moe
      and kernels/exec subfolders, so a build tree's top directory is enough);
@@ -82,6 +84,8 @@ _LIB_NAMES = {
     "moe": "libcchan_moe.so",
     "exec": "libcchan_exec.so",
 }
+# libcchan.so is the development link; a wheel and a runtime-only install have the soname file.
+_ALT_NAMES = {"core": ["libcchan.so.0"]}
 _SUBDIRS = {"core": ["", "lib"], "coll": ["", "kernels/coll", "lib"],
             "moe": ["", "kernels/moe", "lib"], "exec": ["", "kernels/exec", "lib"]}
 _lock = threading.Lock()
@@ -89,7 +93,8 @@ _loaded = {}
 
 
 def _search_dirs():
-    dirs = []
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [os.path.join(here, "_libs")]
     env = os.environ.get("CCHAN_LIBRARY_PATH", "")
     dirs += [d for d in env.split(":") if d]
     try:
@@ -98,7 +103,6 @@ def _search_dirs():
         dirs += list(getattr(_install_paths, "LIBDIRS", []))
     except ImportError:
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))  # <repo>/python/cchan -> <repo>
     if os.path.isfile(os.path.join(repo, "include", "cchan", "cchan.h")):
         dirs.append(os.path.join(repo, "build"))
@@ -119,10 +123,11 @@ def _find(kind):
     tried = []
     for d in _search_dirs():
         for sub in _SUBDIRS[kind]:
-            path = os.path.join(d, sub, name) if sub else os.path.join(d, name)
-            tried.append(path)
-            if os.path.isfile(path):
-                return path, tried
+            for n in [name] + _ALT_NAMES.get(kind, []):
+                path = os.path.join(d, sub, n) if sub else os.path.join(d, n)
+                tried.append(path)
+                if os.path.isfile(path):
+                    return path, tried
     return name, tried  # the dynamic loader's own search
 
 
@@ -138,10 +143,10 @@ def _load(kind):
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             raise ImportError(
-                f"cchan: cannot load {_LIB_NAMES[kind]} ({e}); looked in CCHAN_LIBRARY_PATH, the "
-                f"installed prefix, the build tree and the loader's path: set CCHAN_LIBRARY_PATH "
-                f"to "
-                f"the directory holding it (a build tree such as <repo>/build, or $PREFIX/lib). "
+                f"cchan: cannot load {_LIB_NAMES[kind]} ({e}); looked in the package's _libs, "
+                f"CCHAN_LIBRARY_PATH, the installed prefix, the build tree and the loader's path: "
+                f"set CCHAN_LIBRARY_PATH to the directory holding it (a build tree such as "
+                f"<repo>/build, or $PREFIX/lib). "
                 f"Tried: {', '.join(tried[:8])}{' ...' if len(tried) > 8 else ''}"
             ) from None
         _PROTOTYPES[kind](lib)
