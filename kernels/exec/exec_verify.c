@@ -624,7 +624,8 @@ static int caller(vm_t *m, int r, int e) {
                         snprintf(have + hl, sizeof have - hl, "%sundefined data", hl ? " + " : "");
                     return execi_error(-EINVAL, m->where,
                                        "the plan does not compute its collective (%s): after "
-                                       "run %d, output chunk %u of rank %d holds %s, want %s "
+                                       "simulated call %d, output chunk %u of rank %d holds %s, "
+                                       "want %s "
                                        "(in[c]@q: input chunk c of rank q)",
                                        cchan_exec_collective_name(p->collective), e + 1, k, r,
                                        have[0] ? have : "nothing", want);
@@ -681,9 +682,10 @@ static int one_run(vm_t *m) {
             for (uint32_t x = 0; x < m->nblk; x++)
                 if (!m->act[x].done)
                     return vm_err(m, &m->act[x],
-                                  "deadlock: in run %u, %d thread block(s) wait forever; this one "
+                                  "deadlock: in simulated call %u, %d thread block(s) wait "
+                                  "forever; this one "
                                   "waits here (for a signal, release, barrier or LL packet that "
-                                  "never comes in this run)",
+                                  "never comes in this call)",
                                   m->run + 1, left);
         }
     }
