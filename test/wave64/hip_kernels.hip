@@ -6,7 +6,7 @@
 #include "moe_ht.h"
 #include "moe_ll.h"
 
-static_assert(CCHAN_WARP_SIZE == 64, "gfx90a runs 64-lane wavefronts");
+static_assert(CCHAN_WARP_SIZE == 64, "gfx90a wavefronts are 64 lanes wide");
 
 extern "C" __global__ void wave64_kernels(const moe_dev_t *d, const moe_op_t *op,
                                           const uint32_t *bits, int n, uint16_t *prefix,
