@@ -92,3 +92,14 @@ function(cchan_configure_runtime target)
     target_compile_definitions(${target} PRIVATE CCHAN_ENABLE_IBVERBS=1)
   endif()
 endfunction()
+
+# cchan_library_abi(<target> <version script>): a kernel library's ABI, kept like the core's. Only
+# the functions its header declares CCHAN_API are exported (default visibility hidden, and the
+# version script lists them), so no internal function becomes something programs can link against.
+function(cchan_library_abi target map)
+  set_target_properties(${target} PROPERTIES
+    C_VISIBILITY_PRESET hidden
+    CUDA_VISIBILITY_PRESET hidden
+    LINK_DEPENDS ${map})
+  target_link_options(${target} PRIVATE "LINKER:--version-script=${map}")
+endfunction()

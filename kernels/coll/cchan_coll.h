@@ -63,42 +63,47 @@ typedef struct cchan_coll_config {
 typedef struct cchan_coll cchan_coll_t;
 
 /* Collective over comm's ranks. cfg may be NULL. comm must outlive the returned object. */
-int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out);
-int cchan_coll_destroy(cchan_coll_t *coll); /* collective */
+CCHAN_API int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg,
+                                cchan_coll_t **out);
+CCHAN_API int cchan_coll_destroy(cchan_coll_t *coll); /* collective */
 
 /* Collective: registers [ptr, ptr+bytes) of this rank for zero-copy use by later calls. */
-int cchan_coll_register(cchan_coll_t *coll, void *ptr, size_t bytes);
+CCHAN_API int cchan_coll_register(cchan_coll_t *coll, void *ptr, size_t bytes);
 /* Collective: later calls stop using the buffer; the caller may free it once this returns. */
-int cchan_coll_deregister(cchan_coll_t *coll, void *ptr);
+CCHAN_API int cchan_coll_deregister(cchan_coll_t *coll, void *ptr);
 
 /* recv[i] = sum over ranks of send[i], i < count. send == recv is in place. */
-int cchan_coll_allreduce(cchan_coll_t *coll, const void *send, void *recv, size_t count,
-                         cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
+CCHAN_API int cchan_coll_allreduce(cchan_coll_t *coll, const void *send, void *recv, size_t count,
+                                   cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
 /* recv[r * sendcount + i] = send of rank r [i]. In place when send == recv + rank * sendcount. */
-int cchan_coll_allgather(cchan_coll_t *coll, const void *send, void *recv, size_t sendcount,
-                         cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
+CCHAN_API int cchan_coll_allgather(cchan_coll_t *coll, const void *send, void *recv,
+                                   size_t sendcount, cchan_coll_dtype_t dtype,
+                                   cchan_coll_algo_t algo, void *stream);
 /* recv[i] = sum over ranks of send[rank * recvcount + i]. In place when recv == send + rank *
  * recvcount. */
-int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, void *recv, size_t recvcount,
-                             cchan_coll_dtype_t dtype, cchan_coll_algo_t algo, void *stream);
+CCHAN_API int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, void *recv,
+                                       size_t recvcount, cchan_coll_dtype_t dtype,
+                                       cchan_coll_algo_t algo, void *stream);
 
 /* The selector's row for this op and message size (bytes of the full buffer). A call with
  * CCHAN_COLL_AUTO starts from it and then looks at its buffers (cchan_coll_select_buffers).
  * For a NULL coll or an op that is not one of cchan_coll_op_t's: (int)result is -EINVAL and the
  * last error names the argument and its valid values; the same from cchan_coll_select_buffers. */
-cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes);
+CCHAN_API cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op,
+                                              size_t bytes);
 /* What CCHAN_COLL_AUTO runs for a call on these buffers (send and recv as the call takes them):
  * the selector's row, except that the copy-engine rows run HB all-pairs where the
  * call's buffers are not registered (CE AllReduce also without 2 MiB pages or with ce_rs 0), and
  * a ReduceScatter above 512 KiB on a registered send runs HB all-pairs (zero-copy) instead of LL.
  * (HB all-pairs runs zero-copy on registered buffers within zc_ag_max / zc_rs_max / 16 MiB.) */
-cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *coll, cchan_coll_op_t op,
-                                            size_t bytes, const void *send, const void *recv);
+CCHAN_API cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *coll, cchan_coll_op_t op,
+                                                      size_t bytes, const void *send,
+                                                      const void *recv);
 /* 1 if algo implements op on this communicator (e.g. in the size limits of its scratch), else 0;
  * 0 with the last error naming the argument for a NULL coll, an unknown op or an unknown algo. */
-int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op, cchan_coll_algo_t algo,
-                         size_t bytes);
-const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
+CCHAN_API int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op,
+                                   cchan_coll_algo_t algo, size_t bytes);
+CCHAN_API const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
 
 /* Execution plans (docs/executor.md): collective; loads every `<name>.n<ranks>.json` of dir for
  * this communicator's size, in file-name order, and builds an executor for each (every rank must
@@ -107,19 +112,19 @@ const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  * kernels. cchan_coll_create loads CCHAN_COLL_PLANS=dir the same way. Returns the number of plans
  * loaded so far, or a negative status (CCHAN_ERR_UNSUPPORTED in a build without cchan_exec). A
  * plan the device cannot run (its blocks cannot all be resident) is left out. */
-int cchan_coll_load_plans(cchan_coll_t *coll, const char *dir);
+CCHAN_API int cchan_coll_load_plans(cchan_coll_t *coll, const char *dir);
 /* The loaded plan an AUTO call on these buffers runs (bytes as cchan_coll_select takes them), or
  * NULL; cchan_coll_select_buffers then says CCHAN_COLL_PLAN. */
-const char *cchan_coll_plan_name(const cchan_coll_t *coll, cchan_coll_op_t op, size_t bytes,
-                                 const void *send, const void *recv);
+CCHAN_API const char *cchan_coll_plan_name(const cchan_coll_t *coll, cchan_coll_op_t op,
+                                           size_t bytes, const void *send, const void *recv);
 /* The plan the last call on coll ran, or NULL (a native kernel ran). */
-const char *cchan_coll_last_plan(const cchan_coll_t *coll);
+CCHAN_API const char *cchan_coll_last_plan(const cchan_coll_t *coll);
 /* AllToAll (recv[r * count + i] = send of rank r [rank * count + i]) and Broadcast (recv = root's
  * send) run on loaded plans only: CCHAN_ERR_UNSUPPORTED, with nothing launched, when none fits. */
-int cchan_coll_alltoall(cchan_coll_t *coll, const void *send, void *recv, size_t count,
-                        cchan_coll_dtype_t dtype, void *stream);
-int cchan_coll_broadcast(cchan_coll_t *coll, const void *send, void *recv, size_t count,
-                         cchan_coll_dtype_t dtype, int root, void *stream);
+CCHAN_API int cchan_coll_alltoall(cchan_coll_t *coll, const void *send, void *recv, size_t count,
+                                  cchan_coll_dtype_t dtype, void *stream);
+CCHAN_API int cchan_coll_broadcast(cchan_coll_t *coll, const void *send, void *recv, size_t count,
+                                   cchan_coll_dtype_t dtype, int root, void *stream);
 
 /* Tuning parameters of the copy-engine and zero-copy paths, by name, for measuring sweeps
  * (cchan-coll-bench -T / --sweep). Defaults come from CCHAN_COLL_<NAME> (upper case) in the
@@ -153,14 +158,14 @@ int cchan_coll_broadcast(cchan_coll_t *coll, const void *send, void *recv, size_
  *                             to ce_regions - 1 chunks ahead of the reduction (default 3)
  *   pdl             0 or 1    kernels of calls up to 2 MiB launch as programmatic dependents of
  *                             the stream's previous kernel on sm_90+ (1, default) or plainly (0) */
-int cchan_coll_set_param(cchan_coll_t *coll, const char *name, int64_t value);
-int cchan_coll_get_param(const cchan_coll_t *coll, const char *name, int64_t *out);
-size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
+CCHAN_API int cchan_coll_set_param(cchan_coll_t *coll, const char *name, int64_t value);
+CCHAN_API int cchan_coll_get_param(const cchan_coll_t *coll, const char *name, int64_t *out);
+CCHAN_API size_t cchan_coll_dtype_size(cchan_coll_dtype_t dtype);
 
 /* The calling thread's last error: the same message as cchan_last_error(), which cchan_coll's own
  * failures (bad argument, unsupported size) write too, with the runtime call's message after
  * theirs where one failed under them. "" if none. */
-const char *cchan_coll_last_error(void);
+CCHAN_API const char *cchan_coll_last_error(void);
 
 #ifdef __cplusplus
 }

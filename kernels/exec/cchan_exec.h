@@ -56,9 +56,9 @@ typedef struct cchan_exec cchan_exec_t;
 
 /* Loads and checks a plan (jansson). No communicator needed: the checks are those of the format.
  * The error names the field (`ranks[1].threadblocks[0].ops[3].ch`) and the value. */
-int cchan_exec_plan_load_file(const char *path, cchan_exec_plan_t **out);
-int cchan_exec_plan_load_string(const char *json, size_t len, cchan_exec_plan_t **out);
-void cchan_exec_plan_free(cchan_exec_plan_t *plan);
+CCHAN_API int cchan_exec_plan_load_file(const char *path, cchan_exec_plan_t **out);
+CCHAN_API int cchan_exec_plan_load_string(const char *json, size_t len, cchan_exec_plan_t **out);
+CCHAN_API void cchan_exec_plan_free(cchan_exec_plan_t *plan);
 
 /* What a loaded plan is for. */
 typedef struct cchan_exec_plan_info {
@@ -75,11 +75,11 @@ typedef struct cchan_exec_plan_info {
     int uses_port;                  /* port channels (a proxy thread per executor) */
     int cross_block;                /* semaphores between blocks: needs co-resident blocks */
 } cchan_exec_plan_info_t;
-int cchan_exec_plan_info(const cchan_exec_plan_t *plan, cchan_exec_plan_info_t *out);
+CCHAN_API int cchan_exec_plan_info(const cchan_exec_plan_t *plan, cchan_exec_plan_info_t *out);
 /* 1 when the plan runs in_bytes (granularity and size range), else 0 (also for a NULL plan, with a
  * last error naming it). */
-int cchan_exec_plan_fits(const cchan_exec_plan_t *plan, uint64_t in_bytes);
-const char *cchan_exec_collective_name(cchan_exec_collective_t c);
+CCHAN_API int cchan_exec_plan_fits(const cchan_exec_plan_t *plan, uint64_t in_bytes);
+CCHAN_API const char *cchan_exec_collective_name(cchan_exec_collective_t c);
 
 #define CCHAN_EXEC_CONFIG_MAGIC 0x63637831u /* "ccx1" */
 /* cchan_exec_config_t.flags */
@@ -110,22 +110,23 @@ typedef struct cchan_exec_config {
 /* Collective over comm's ranks: checks the plan against the communicator (nranks, this rank),
  * builds the semaphores, channels, scratch and the device copy of the operation lists. The plan
  * must outlive the executor. */
-int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_exec_t **out);
+CCHAN_API int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                                cchan_exec_t **out);
 /* With a config (NULL: defaults, as cchan_exec_create). */
-int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
-                         const cchan_exec_config_t *cfg, cchan_exec_t **out);
+CCHAN_API int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
+                                   const cchan_exec_config_t *cfg, cchan_exec_t **out);
 /* Collective: waits for every rank, then releases everything. */
-int cchan_exec_destroy(cchan_exec_t *exec);
+CCHAN_API int cchan_exec_destroy(cchan_exec_t *exec);
 
 /* Collective: sets the executor up for runs of up to max_in_bytes of input (scratch, mapped by
  * every peer), so that those runs need no collective step. Every rank passes the same value. */
-int cchan_exec_prepare(cchan_exec_t *exec, uint64_t max_in_bytes);
+CCHAN_API int cchan_exec_prepare(cchan_exec_t *exec, uint64_t max_in_bytes);
 
 /* Collective: registers [ptr, ptr + bytes) of this rank for plans that reach peers' inputs or
  * outputs (every rank its own buffer, in the same order). */
-int cchan_exec_register(cchan_exec_t *exec, void *ptr, size_t bytes);
+CCHAN_API int cchan_exec_register(cchan_exec_t *exec, void *ptr, size_t bytes);
 /* Collective: later runs stop using the buffer; the caller may free it once this returns. */
-int cchan_exec_deregister(cchan_exec_t *exec, void *ptr);
+CCHAN_API int cchan_exec_deregister(cchan_exec_t *exec, void *ptr);
 
 /* Runs the plan on send (one rank's input, count elements) and recv (the plan's output). In-place
  * plans take recv == send (AllReduce, Broadcast) or send == recv + rank * in_bytes (AllGather).
@@ -137,30 +138,30 @@ int cchan_exec_deregister(cchan_exec_t *exec, void *ptr);
  * except one that needs more scratch than create or cchan_exec_prepare set up, which grows it
  * collectively (refused instead with CCHAN_EXEC_NO_GROW). The first run on new buffers binds them
  * (host work, synchronous): do it before capturing a CUDA graph. */
-int cchan_exec_run(cchan_exec_t *exec, const void *send, void *recv, size_t count,
-                   cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream);
+CCHAN_API int cchan_exec_run(cchan_exec_t *exec, const void *send, void *recv, size_t count,
+                             cchan_exec_dtype_t dtype, cchan_exec_redop_t op, void *stream);
 
 /* Waits for this executor's runs to complete: on the host platform joins an asynchronous run and
  * returns its status; on CUDA synchronizes the device. */
-int cchan_exec_sync(cchan_exec_t *exec);
+CCHAN_API int cchan_exec_sync(cchan_exec_t *exec);
 
 /* The checks of cchan_exec_run without running anything: 0 when the call would be accepted
  * (sizes, placement, registration), else the error it would return (for selectors). */
-int cchan_exec_check(const cchan_exec_t *exec, const void *send, const void *recv, size_t count,
-                     cchan_exec_dtype_t dtype);
+CCHAN_API int cchan_exec_check(const cchan_exec_t *exec, const void *send, const void *recv,
+                               size_t count, cchan_exec_dtype_t dtype);
 
 /* Queries: a NULL exec gives NULL or -EINVAL and a last error naming it. */
-const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *exec);
+CCHAN_API const cchan_exec_plan_t *cchan_exec_plan(const cchan_exec_t *exec);
 /* The most instances the executor runs (cchan_exec_config_t): fixed, or the largest a call may
  * be given when they are chosen per call. */
-int cchan_exec_instances(const cchan_exec_t *exec);
+CCHAN_API int cchan_exec_instances(const cchan_exec_t *exec);
 /* The instances a run of in_bytes of input gets (the rule in docs/executor.md, or the fixed
  * count). */
-int cchan_exec_instances_for(const cchan_exec_t *exec, uint64_t in_bytes);
-size_t cchan_exec_dtype_size(cchan_exec_dtype_t dtype);
+CCHAN_API int cchan_exec_instances_for(const cchan_exec_t *exec, uint64_t in_bytes);
+CCHAN_API size_t cchan_exec_dtype_size(cchan_exec_dtype_t dtype);
 
 /* The calling thread's last cchan_exec error with its context; "" if none. */
-const char *cchan_exec_last_error(void);
+CCHAN_API const char *cchan_exec_last_error(void);
 
 #ifdef __cplusplus
 }

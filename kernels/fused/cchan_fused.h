@@ -39,37 +39,39 @@ typedef enum cchan_fused_proto {
 typedef struct cchan_fused_rmsnorm cchan_fused_rmsnorm_t;
 
 /* Collective. hidden: a multiple of 8, at most 65536; max_tokens >= 1. */
-int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t hidden,
-                               cchan_fused_rmsnorm_t **out);
-int cchan_fused_rmsnorm_destroy(cchan_fused_rmsnorm_t *f); /* collective */
+CCHAN_API int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t hidden,
+                                         cchan_fused_rmsnorm_t **out);
+CCHAN_API int cchan_fused_rmsnorm_destroy(cchan_fused_rmsnorm_t *f); /* collective */
 
 /* The fused operation; 1 <= tokens <= max_tokens. */
-int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void *residual,
-                            const void *weight, float eps, void *residual_out, void *y,
-                            uint32_t tokens, cchan_fused_proto_t proto, void *stream);
+CCHAN_API int cchan_fused_rmsnorm_run(cchan_fused_rmsnorm_t *f, const void *x, const void *residual,
+                                      const void *weight, float eps, void *residual_out, void *y,
+                                      uint32_t tokens, cchan_fused_proto_t proto, void *stream);
 
 /* Blocks per row for the LL protocol. 1 (the default): one block per row. 0: spread a row over up
  * to 16 blocks when there are few tokens (min(16, 128 / tokens)); the blocks then add their partial
  * sums of squares through device memory. Spreading measured slower at 1-32 tokens
  * (docs/tuning.md, "Fused RMSNorm"), so it is off by default. 2..16: fixed.
  * Every rank must set the same value. */
-int cchan_fused_rmsnorm_set_split(cchan_fused_rmsnorm_t *f, uint32_t split);
+CCHAN_API int cchan_fused_rmsnorm_set_split(cchan_fused_rmsnorm_t *f, uint32_t split);
 
 /* The protocol CCHAN_FUSED_AUTO takes for this many tokens. A NULL f: (int)result is -EINVAL and
  * the last error names f. */
-cchan_fused_proto_t cchan_fused_rmsnorm_select(const cchan_fused_rmsnorm_t *f, uint32_t tokens);
-const char *cchan_fused_proto_name(cchan_fused_proto_t proto);
+CCHAN_API cchan_fused_proto_t cchan_fused_rmsnorm_select(const cchan_fused_rmsnorm_t *f,
+                                                         uint32_t tokens);
+CCHAN_API const char *cchan_fused_proto_name(cchan_fused_proto_t proto);
 
 /* The unfused second half alone, for a rank that already holds the all-reduced `ar` (e.g. from
  * NCCL): residual_out = ar + residual, y = rmsnorm(residual_out) * weight. No communication;
  * platform is the communicator's (CUDA: launched on stream; host: computed before returning). */
-int cchan_fused_residual_rmsnorm(cchan_platform_t platform, const void *ar, const void *residual,
-                                 const void *weight, float eps, void *residual_out, void *y,
-                                 uint32_t tokens, uint32_t hidden, void *stream);
+CCHAN_API int cchan_fused_residual_rmsnorm(cchan_platform_t platform, const void *ar,
+                                           const void *residual, const void *weight, float eps,
+                                           void *residual_out, void *y, uint32_t tokens,
+                                           uint32_t hidden, void *stream);
 
 /* The calling thread's last error: the same message as cchan_last_error(), which this library's
  * failures write too. "" if none. */
-const char *cchan_fused_rmsnorm_last_error(void);
+CCHAN_API const char *cchan_fused_rmsnorm_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -117,23 +117,23 @@ typedef struct cchan_moe_info {
 } cchan_moe_info_t;
 
 /* Collective over the communicator: every rank passes the same configuration. */
-int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
-                           cchan_moe_group_t **out);
-int cchan_moe_group_info(const cchan_moe_group_t *group, cchan_moe_info_t *out);
+CCHAN_API int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
+                                     cchan_moe_group_t **out);
+CCHAN_API int cchan_moe_group_info(const cchan_moe_group_t *group, cchan_moe_info_t *out);
 /* Collective. No operation of the group may be in flight. */
-int cchan_moe_group_destroy(cchan_moe_group_t *group);
+CCHAN_API int cchan_moe_group_destroy(cchan_moe_group_t *group);
 
 /* The routing of one forward pass: topk_idx[num_tokens][top_k] int32 in device memory (copied on
  * `stream`, so the caller may reuse it). 0 <= num_tokens <= max_tokens_per_rank. In HT mode this
  * exchanges the token counts with every rank and synchronizes the stream. */
-int cchan_moe_handle_create(cchan_moe_group_t *group, const int32_t *topk_idx, int num_tokens,
-                            void *stream, cchan_moe_handle_t **out);
+CCHAN_API int cchan_moe_handle_create(cchan_moe_group_t *group, const int32_t *topk_idx,
+                                      int num_tokens, void *stream, cchan_moe_handle_t **out);
 /* Waits for nothing: the caller orders it after the handle's last operation on the stream. */
-int cchan_moe_handle_destroy(cchan_moe_handle_t *handle);
+CCHAN_API int cchan_moe_handle_destroy(cchan_moe_handle_t *handle);
 
 /* Tokens this rank receives: HT, the rows of the 2D dispatch output (known at handle creation);
  * LL, the sum of the per-expert counts of the last dispatch (synchronizes the stream). */
-int cchan_moe_handle_num_recv_tokens(cchan_moe_handle_t *handle, void *stream, int *out);
+CCHAN_API int cchan_moe_handle_num_recv_tokens(cchan_moe_handle_t *handle, void *stream, int *out);
 
 typedef struct cchan_moe_dispatch_args {
     const void *x;           /* [num_tokens][hidden] bf16 */
@@ -150,27 +150,27 @@ typedef struct cchan_moe_dispatch_args {
 
 /* Sends the tokens to their experts. send_only = 1: return once the sends are issued (the receive
  * runs in cchan_moe_complete), so the sender's other work overlaps the transfer. */
-int cchan_moe_dispatch(cchan_moe_handle_t *handle, const cchan_moe_dispatch_args_t *args,
-                       int send_only, void *stream);
+CCHAN_API int cchan_moe_dispatch(cchan_moe_handle_t *handle, const cchan_moe_dispatch_args_t *args,
+                                 int send_only, void *stream);
 
 /* Sends the expert outputs back and reduces them at each token's rank.
  *   LL: expert_out [L][N*B][hidden] bf16 (rows as dispatch produced them); out[t] =
  *       sum_k topk_weights[t][k] * row(t, k) (topk_weights [T][K] float, NULL = 1).
  *   HT: expert_out [rows][hidden] bf16 (one row per received token, already weighted over this
  *       rank's experts); out[t] = sum over ranks of that rank's row for t (topk_weights unused). */
-int cchan_moe_combine(cchan_moe_handle_t *handle, const void *expert_out, const float *topk_weights,
-                      void *out, int send_only, void *stream);
+CCHAN_API int cchan_moe_combine(cchan_moe_handle_t *handle, const void *expert_out,
+                                const float *topk_weights, void *out, int send_only, void *stream);
 
 /* Finishes the handle's staged (send_only) operation: waits for its incoming data and writes the
  * outputs named when it was issued. */
-int cchan_moe_complete(cchan_moe_handle_t *handle, void *stream);
+CCHAN_API int cchan_moe_complete(cchan_moe_handle_t *handle, void *stream);
 
 /* 0, or CCHAN_ERR_RANGE naming the first invalid expert id a kernel of this group has met (call
  * after synchronizing the stream), or CCHAN_ERR_DEVICE_TIMEOUT after a device-side wait expired. */
-int cchan_moe_check(cchan_moe_group_t *group);
+CCHAN_API int cchan_moe_check(cchan_moe_group_t *group);
 
 /* The calling thread's last error message of this library, "" if none. */
-const char *cchan_moe_last_error(void);
+CCHAN_API const char *cchan_moe_last_error(void);
 
 #ifdef __cplusplus
 }
