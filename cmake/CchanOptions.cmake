@@ -95,9 +95,13 @@ endfunction()
 
 # cchan_library_abi(<target> <version script>): a kernel library's ABI, kept like the core's. Only
 # the functions its header declares CCHAN_API are exported (default visibility hidden, and the
-# version script lists them), so no internal function becomes something programs can link against.
+# version script lists them, so no internal function becomes something programs can link against),
+# and its SONAME carries the major version (lib<name>.so.<major>), which programs record and which
+# is the name a library of another major version does not answer to. test/exports checks both.
 function(cchan_library_abi target map)
   set_target_properties(${target} PROPERTIES
+    VERSION ${PROJECT_VERSION}
+    SOVERSION ${PROJECT_VERSION_MAJOR}
     C_VISIBILITY_PRESET hidden
     CUDA_VISIBILITY_PRESET hidden
     LINK_DEPENDS ${map})

@@ -7,8 +7,9 @@ Where the libraries are looked for, first hit wins:
   0. the package's own _libs folder (a wheel from `make wheel` carries the libraries there, so
      the package and the libraries it was built with go together);
   1. CCHAN_LIBRARY_PATH: directories separated by ':' (each searched for libcchan.so,
-     libcchan_coll.so, libcchan_moe.so, libcchan_exec.so, also in its kernels/coll, kernels/moe
-     and kernels/exec subfolders, so a build tree's top directory is enough);
+     libcchan_coll.so, libcchan_moe.so, libcchan_exec.so, or their soname files lib*.so.0, also in
+     its kernels/coll, kernels/moe and kernels/exec subfolders, so a build tree's top directory is
+     enough);
   2. the paths written at `make install` into _install_paths.py (the installed prefix's libdir);
   3. a build tree next to this source tree (<repo>/build), when the package runs from the source;
   4. the directories above the package (a prefix such as $PREFIX/lib/python3.11/site-packages/cchan
@@ -84,8 +85,8 @@ _LIB_NAMES = {
     "moe": "libcchan_moe.so",
     "exec": "libcchan_exec.so",
 }
-# libcchan.so is the development link; a wheel and a runtime-only install have the soname file.
-_ALT_NAMES = {"core": ["libcchan.so.0"]}
+# lib*.so is the development link; a wheel and a runtime-only install have only the soname file.
+_ALT_NAMES = {kind: [name + ".0"] for kind, name in _LIB_NAMES.items()}
 _SUBDIRS = {"core": ["", "lib"], "coll": ["", "kernels/coll", "lib"],
             "moe": ["", "kernels/moe", "lib"], "exec": ["", "kernels/exec", "lib"]}
 _lock = threading.Lock()

@@ -35,7 +35,7 @@ names = z.namelist()
 wheel = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
 assert "Root-Is-Purelib: false" in wheel and f"Tag: {tag}" in wheel, wheel
 want = {ln.split("\t")[0] for ln in open(manifest) if ln.strip() and not ln.startswith("build\t")}
-assert {"libcchan.so.0", "libcchan_coll.so", "libcchan_moe.so", "libcchan_fused_rmsnorm.so",
+assert {"libcchan.so.0", "libcchan_coll.so.0", "libcchan_moe.so.0", "libcchan_fused_rmsnorm.so.0",
         "libcchan_nccl.so"} <= want, f"FAIL: the manifest lacks libraries: {want}"
 for lib in want:
     assert "cchan/_libs/" + lib in names, f"FAIL: {lib} not in the wheel: {names}"
@@ -58,10 +58,10 @@ cat >"$work/maps.py" <<'EOF'
 import ctypes, os, sys
 import cchan._lib as l
 l.core(), l.coll(), l.moe()
-if os.path.exists(os.path.join(sys.argv[1], "libcchan_exec.so")):  # built where jansson is
+if os.path.exists(os.path.join(sys.argv[1], "libcchan_exec.so.0")):  # built where jansson is
     l.exec_()
 # the libraries that need no loader (the fused kernel, the NCCL shim) find their siblings alone
-ctypes.CDLL(os.path.join(sys.argv[1], "libcchan_fused_rmsnorm.so"))
+ctypes.CDLL(os.path.join(sys.argv[1], "libcchan_fused_rmsnorm.so.0"))
 ctypes.CDLL(os.path.join(sys.argv[1], "libcchan_nccl.so"))
 maps = {ln.split()[-1] for ln in open("/proc/self/maps") if "libcchan" in ln}
 print("library_paths:", l.library_paths())
