@@ -1,4 +1,5 @@
-"""python3 -m cchan.dsl {compile,verify,show,plans,vocab}: see docs/dsl.md."""
+"""python3 -m cchan.dsl {compile,verify,show,plans,vocab,import-mscclpp,export-mscclpp}: see
+docs/dsl.md."""
 import argparse
 import json
 import os
@@ -6,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from . import compiler, lower, plans, show, vocabulary
+from . import compiler, lower, mscclpp, plans, show, vocabulary
 from .errors import DslError
 
 
@@ -43,9 +44,45 @@ def cmd_compile(args):
               file=sys.stderr)
 
 
-def _load(path):
-    with open(path) as f:
-        return json.load(f)
+class _ForeignPlan(Exception):
+    """A document in another tool's format, where a cchan plan was expected."""
+
+
+def _load(path, foreign_ok=False):
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except ValueError as e:
+        raise _ForeignPlan(f"{path}: not JSON ({e})") from None
+    if not foreign_ok and mscclpp.is_mscclpp(doc):
+        raise _ForeignPlan(mscclpp.not_cchan_message(path))
+    return doc
+
+
+def _write(doc, path, text=None):
+    text = text if text is not None else plans.dumps(doc)
+    if path in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def cmd_import_mscclpp(args):
+    m = _load(args.plan, foreign_ok=True)
+    if not mscclpp.is_mscclpp(m):
+        raise _ForeignPlan(f"{args.plan}: not an MSCCL++ execution plan (it has no 'gpus' list)")
+    doc = mscclpp.import_plan(m)
+    _write(doc, args.output)
+    print(f"{args.output or '-'}: {doc['collective']} over {doc['nranks']} ranks from MSCCL++ "
+          f"plan {args.plan}, verified", file=sys.stderr)
+
+
+def cmd_export_mscclpp(args):
+    doc = _load(args.plan)
+    m = mscclpp.export_plan(doc)
+    _write(m, args.output, json.dumps(m, indent=1) + "\n")
+    print(f"{args.output or '-'}: MSCCL++ execution plan of {args.plan}", file=sys.stderr)
 
 
 def cmd_verify(args):
@@ -135,11 +172,24 @@ def main(argv=None):
                    help="fail when kernels/exec, the schema or plan-format.md drifted")
     w.add_argument("--write", action="store_true", help="regenerate plan.schema.json's enums")
     w.set_defaults(fn=cmd_vocab)
+    i = sub.add_parser("import-mscclpp", help="convert an MSCCL++ execution plan into a cchan "
+                                              "plan, then verify it")
+    i.add_argument("plan")
+    i.add_argument("-o", "--output")
+    i.set_defaults(fn=cmd_import_mscclpp)
+    e = sub.add_parser("export-mscclpp", help="convert a cchan plan into an MSCCL++ execution "
+                                              "plan")
+    e.add_argument("plan")
+    e.add_argument("-o", "--output")
+    e.set_defaults(fn=cmd_export_mscclpp)
     args = ap.parse_args(argv)
     try:
         return args.fn(args) or 0
     except DslError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except (_ForeignPlan, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
 
 
