@@ -933,6 +933,9 @@ int cchan_exec_sync(cchan_exec_t *e) {
     return host_join(e);
 }
 
+static int run_ranges(const void *send, uint64_t in_bytes, const void *recv, uint64_t out_bytes,
+                      const char *where);
+
 /* The call's checks, without side effects: 0 and the sizes, or the error. */
 static int run_check(const cchan_exec_t *e, const void *send, const void *recv, size_t count,
                      cchan_exec_dtype_t dtype, cchan_exec_redop_t op, uint64_t *in_out,
@@ -956,9 +959,12 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
                            (unsigned long long)p->granularity);
     uint64_t chunk = in_bytes / p->buf_chunks[EXEC_BUF_INPUT];
     uint64_t out_bytes = chunk * p->buf_chunks[EXEC_BUF_OUTPUT];
-    const uint8_t *s = (const uint8_t *)send, *r = (const uint8_t *)recv;
+    /* the ranges first: the overlap test below adds sizes to the addresses */
+    int st = run_ranges(send, in_bytes, recv, out_bytes, where);
+    if (st) return st;
+    const uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     if (p->inplace) {
-        const uint8_t *want = r;
+        uintptr_t want = r;
         if (p->collective == CCHAN_EXEC_ALLGATHER) want = r + (uint64_t)e->rank * in_bytes;
         if (s != want)
             return execi_error(
@@ -1020,7 +1026,6 @@ int cchan_exec_check(const cchan_exec_t *e, const void *send, const void *recv, 
     execi_clear_error();
     uint64_t ib = 0, ob = 0;
     int st = run_check(e, send, recv, count, dtype, CCHAN_EXEC_SUM, &ib, &ob, where);
-    if (!st) st = run_ranges(send, ib, recv, ob, where);
     return st ? st : run_scratch(e, ib, where);
 }
 
@@ -1054,7 +1059,6 @@ int cchan_exec_run(cchan_exec_t *e, const void *send, void *recv, size_t count,
     if (e && count == 0) return 0;
     uint64_t in_bytes = 0, out_bytes = 0;
     int cst = run_check(e, send, recv, count, dtype, op, &in_bytes, &out_bytes, where);
-    if (!cst) cst = run_ranges(send, in_bytes, recv, out_bytes, where);
     if (!cst) cst = run_scratch(e, in_bytes, where);
     if (cst) return cst;
     /* the previous run's state is this one's: an asynchronous host run ends first */
