@@ -27,16 +27,21 @@
 extern "C" {
 #endif
 
+/* The numbering is cchan_exec's (cchan_exec_dtype_t): a call's dtype reaches a plan unchanged. */
 typedef enum cchan_coll_dtype {
     CCHAN_COLL_F32 = 0,
     CCHAN_COLL_F16 = 1,
     CCHAN_COLL_BF16 = 2
 } cchan_coll_dtype_t;
 
+/* The collectives. The numbering is cchan_exec's (cchan_exec_collective_t), so a plan's collective
+ * and a call's op are one value; AllToAll and Broadcast run on loaded plans only. */
 typedef enum cchan_coll_op {
     CCHAN_COLL_ALLREDUCE = 0,
     CCHAN_COLL_ALLGATHER = 1,
-    CCHAN_COLL_REDUCESCATTER = 2
+    CCHAN_COLL_REDUCESCATTER = 2,
+    CCHAN_COLL_ALLTOALL = 3,
+    CCHAN_COLL_BROADCAST = 4
 } cchan_coll_op_t;
 
 typedef enum cchan_coll_algo {
@@ -46,7 +51,7 @@ typedef enum cchan_coll_algo {
     CCHAN_COLL_SWITCH = 3, /* two phase on switch channels (portable path unless NVLS opt-in) */
     CCHAN_COLL_CE_ALLPAIRS = 4, /* copy engines write the peers' outputs, SMs reduce (large) */
     CCHAN_COLL_ALGO_COUNT = 5,
-    CCHAN_COLL_PLAN = 100 /* what cchan_coll_select_buffers says when a loaded plan runs the call */
+    CCHAN_COLL_PLAN = 100 /* cchan_coll_choose's algo when a loaded plan runs the call */
 } cchan_coll_algo_t;
 
 #define CCHAN_COLL_CONFIG_MAGIC 0x63636331u /* "ccc1" */
@@ -85,14 +90,16 @@ CCHAN_API int cchan_coll_reducescatter(cchan_coll_t *coll, const void *send, voi
                                        size_t recvcount, cchan_coll_dtype_t dtype,
                                        cchan_coll_algo_t algo, void *stream);
 
-/* The selector's row for this op and message size (bytes of the full buffer). A call with
- * CCHAN_COLL_AUTO starts from it and then looks at its buffers (cchan_coll_select_buffers).
- * For a NULL coll or an op that is not one of cchan_coll_op_t's: (int)result is -EINVAL and the
- * last error names the argument and its valid values; the same from cchan_coll_select_buffers. */
+/* The default rule's native row for this op and message size (bytes of the full buffer); the
+ * default rule starts from it and then looks at the buffers (cchan_coll_select_buffers). A tuning
+ * table or a plan may run another algorithm (cchan_coll_choose says what an AUTO call runs).
+ * For a NULL coll or an op other than AllReduce, AllGather and ReduceScatter: (int)result is
+ * -EINVAL and the last error names the argument and its valid values; the same from
+ * cchan_coll_select_buffers. */
 CCHAN_API cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *coll, cchan_coll_op_t op,
                                               size_t bytes);
-/* What CCHAN_COLL_AUTO runs for a call on these buffers (send and recv as the call takes them):
- * the selector's row, except that the copy-engine rows run HB all-pairs where the
+/* The native algorithm of the default rule for a call on these buffers (send and recv as the call
+ * takes them): the row above, except that the copy-engine rows run HB all-pairs where the
  * call's buffers are not registered (CE AllReduce also without 2 MiB pages or with ce_rs 0), and
  * a ReduceScatter above 512 KiB on a registered send runs HB all-pairs (zero-copy) instead of LL.
  * (HB all-pairs runs zero-copy on registered buffers within zc_ag_max / zc_rs_max / 16 MiB.) */
@@ -105,20 +112,77 @@ CCHAN_API int cchan_coll_supported(const cchan_coll_t *coll, cchan_coll_op_t op,
                                    cchan_coll_algo_t algo, size_t bytes);
 CCHAN_API const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
 
-/* Execution plans (docs/executor.md): collective; loads every `<name>.n<ranks>.json` of dir for
- * this communicator's size, in file-name order, and builds an executor for each (every rank must
- * see the same files). A call with CCHAN_COLL_AUTO then runs the first loaded plan of its
- * collective whose size range holds the call and that accepts its buffers, before the native
- * kernels. cchan_coll_create loads CCHAN_COLL_PLANS=dir the same way. Returns the number of plans
- * loaded so far, or a negative status (CCHAN_ERR_UNSUPPORTED in a build without cchan_exec). A
- * plan the device cannot run (its blocks cannot all be resident) is left out. */
-CCHAN_API int cchan_coll_load_plans(cchan_coll_t *coll, const char *dir);
-/* The loaded plan an AUTO call on these buffers runs (bytes as cchan_coll_select takes them), or
- * NULL; cchan_coll_select_buffers then says CCHAN_COLL_PLAN. */
+/* Selection (docs/collectives.md, "Selection"). A call with CCHAN_COLL_AUTO runs the choice of one
+ * selector over (collective, ranks, dtype, size, in place) among the registry's algorithms: the
+ * native ones and the loaded plans, each declaring what it applies to (cchan_coll_algos):
+ *   1. the tuning table (CCHAN_COLL_TUNING=file at cchan_coll_create, or cchan_coll_load_tuning):
+ *      of its rows that hold the call and whose algorithm can run it (a native one that supports
+ *      the size and buffers; a plan loaded, set up, fitting the size and accepting the buffers),
+ *      the one of the least measured time;
+ *   2. else the default rule of this GPU generation: the native size table (cchan_coll_select,
+ *      then the buffers as cchan_coll_select_buffers); plans rank below the native kernels, so
+ *      they run AllReduce, AllGather and ReduceScatter only where the table says so. AllToAll and
+ *      Broadcast, which have no native kernel, run the fitting plan of the narrowest size range
+ *      (then file-name order).
+ * Every rank must load the same table and plans. CCHAN_DEBUG=INFO logs, for each (collective,
+ * size, dtype, in place) the first time a communicator sees it, what ran and why. */
+
+/* Plans (docs/executor.md): collective; path is a directory, whose `<name>.n<ranks>.json` for
+ * this communicator's size are loaded in file-name order, or one plan file (its nranks must be the
+ * communicator's). An executor is set up, here, only for a plan the selector can pick: one its
+ * collective has no native kernel for (AllToAll, Broadcast) or one a tuning-table row names; the
+ * others stay parsed (in cchan_coll_algos) and are set up when a table loaded later names them.
+ * No call sets anything up, since one thread may drive several ranks (nccl-tests -g N).
+ * cchan_coll_create loads CCHAN_COLL_PLANS=dir the same way. Returns the number of plans loaded so
+ * far, or a negative status (CCHAN_ERR_UNSUPPORTED in a build without cchan_exec). A plan the
+ * device cannot run (its blocks cannot all be resident) is left out. */
+CCHAN_API int cchan_coll_load_plans(cchan_coll_t *coll, const char *path);
+/* Collective: replaces the tuning table by the file's (format: docs/collectives.md, "Tuning
+ * table"; cchan-coll-bench --tuning-out writes one), checks that every rank read the same table,
+ * and sets up the loaded plans it names. NULL: back to the default rule. Returns the number of
+ * rows. */
+CCHAN_API int cchan_coll_load_tuning(cchan_coll_t *coll, const char *path);
+
+/* One entry of the registry: what an algorithm applies to. */
+typedef struct cchan_coll_algo_info {
+    const char *name;       /* cchan_coll_algo_name, or the plan's name */
+    cchan_coll_algo_t algo; /* a native algorithm, or CCHAN_COLL_PLAN */
+    cchan_coll_op_t op;     /* the collective */
+    int nranks;             /* the communicator's (plans are made for one size) */
+    int root;               /* Broadcast plans: the root; else -1 */
+    int inplace;            /* plans: 1 in place only, 0 out of place only; native: -1 both */
+    uint32_t dtypes;        /* bit 1 << dtype for every cchan_coll_dtype_t it runs */
+    uint64_t min_bytes;     /* message sizes (bytes as cchan_coll_select takes them) */
+    uint64_t max_bytes;     /* 0: no upper bound */
+    uint64_t granularity;   /* plans: the message is a multiple of it (AllGather: of n times) */
+    int ready;              /* 1: can be selected (plans: executor set up); 0: never */
+} cchan_coll_algo_info_t;
+/* Fills up to max entries (native first, then plans in load order); returns how many there are. */
+CCHAN_API int cchan_coll_algos(const cchan_coll_t *coll, cchan_coll_algo_info_t *out, int max);
+
+/* What the selector picks for an AUTO call and why. */
+typedef struct cchan_coll_choice {
+    cchan_coll_algo_t algo; /* the native algorithm, or CCHAN_COLL_PLAN */
+    const char *plan;       /* CCHAN_COLL_PLAN: the plan's name (valid while coll lives) */
+    int from_table;         /* 1: a tuning-table row; 0: the default rule */
+    char why[256]; /* "table FILE:LINE, 12.5 us (of 3 rows)" or "default rule sm_90: ..." */
+} cchan_coll_choice_t;
+/* The choice for an AUTO call of op on bytes (as cchan_coll_select takes them; AllToAll: the send
+ * buffer, Broadcast: the buffer), dtype, in place or not (root: Broadcast's, else ignored), on
+ * send and recv as the call takes them (NULL: any buffers, as registered ones). 0, or
+ * CCHAN_ERR_UNSUPPORTED when nothing runs it (AllToAll, Broadcast without a fitting plan), or
+ * -EINVAL naming a bad argument. */
+CCHAN_API int cchan_coll_choose(const cchan_coll_t *coll, cchan_coll_op_t op,
+                                cchan_coll_dtype_t dtype, size_t bytes, int inplace, int root,
+                                const void *send, const void *recv, cchan_coll_choice_t *out);
+/* The plan an AUTO call on these buffers runs, or NULL (cchan_coll_choose's plan). */
 CCHAN_API const char *cchan_coll_plan_name(const cchan_coll_t *coll, cchan_coll_op_t op,
-                                           size_t bytes, const void *send, const void *recv);
+                                           cchan_coll_dtype_t dtype, size_t bytes, const void *send,
+                                           const void *recv);
 /* The plan the last call on coll ran, or NULL (a native kernel ran). */
 CCHAN_API const char *cchan_coll_last_plan(const cchan_coll_t *coll);
+/* The choice the last AUTO call on coll ran (algo CCHAN_COLL_AUTO when it named its algorithm). */
+CCHAN_API int cchan_coll_last_choice(const cchan_coll_t *coll, cchan_coll_choice_t *out);
 /* AllToAll (recv[r * count + i] = send of rank r [rank * count + i]) and Broadcast (recv = root's
  * send) run on loaded plans only: CCHAN_ERR_UNSUPPORTED, with nothing launched, when none fits. */
 CCHAN_API int cchan_coll_alltoall(cchan_coll_t *coll, const void *send, void *recv, size_t count,

@@ -60,6 +60,8 @@ static void coll_free_list(cchan_coll_t *c, coll_reg_t **list) {
 
 static void coll_release(cchan_coll_t *c) {
     colli_plans_destroy(c->plans);
+    colli_tuning_free(c->tuning);
+    colli_seen_free(c->seen);
     if (c->ce) colli_ce_destroy(c->device, c->ce);
     coll_free_list(c, &c->regs);
     if (c->sw_owner) cchan_switch_destroy(c->sw_owner);
@@ -186,6 +188,22 @@ static int coll_setup_sems(cchan_coll_t *c, const char *where) {
     return st;
 }
 
+/* CCHAN_COLL_TUNING and CCHAN_COLL_PLANS: the table first, so that the plans it names are set up
+ * with the others. Collective; a file one rank cannot read fails every rank, naming it. */
+static int coll_load_env(cchan_coll_t *c) {
+    const char *tune = getenv("CCHAN_COLL_TUNING"), *plans = getenv("CCHAN_COLL_PLANS");
+    int st;
+    if (tune && *tune &&
+        (st = colli_tuning_load(c, tune, "cchan_coll_create: CCHAN_COLL_TUNING")) < 0)
+        return st;
+    if (!plans || !*plans) return 0;
+    static const char *where = "cchan_coll_create: CCHAN_COLL_PLANS";
+    int bad = colli_plans_load(c, plans, where);
+    st = cchan_comm_agree(c->comm, bad, where, bad ? cchan_last_error() : NULL);
+    if (st) return bad ? bad : st;
+    return colli_plans_setup(c, where);
+}
+
 int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
     static const char *where = "cchan_coll_create";
     colli_clear_error();
@@ -201,6 +219,7 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     c->nranks = cchan_comm_size(comm);
     c->device = cchan_comm_device(comm);
     c->platform = cchan_comm_platform(comm);
+    c->sm = c->platform == CCHAN_PLATFORM_CUDA ? colli_cuda_sm(c->device) : 0;
     if ((st = colli_params_init(c->param, where)) < 0 || (st = coll_plan(c, cfg, where)) < 0) {
         free(c);
         return st;
@@ -208,9 +227,7 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     if ((st = coll_setup_runtime(c, where)) < 0 || (st = coll_setup_epochs(c, where)) < 0 ||
         (c->nranks > 1 && (st = coll_setup_sems(c, where)) < 0) ||
         (c->platform == CCHAN_PLATFORM_CUDA && (st = colli_ce_create(c->device, &c->ce)) < 0) ||
-        (getenv("CCHAN_COLL_PLANS") && *getenv("CCHAN_COLL_PLANS") &&
-         (st = colli_plans_load(comm, &c->plans, getenv("CCHAN_COLL_PLANS"),
-                                "cchan_coll_create: CCHAN_COLL_PLANS")) < 0)) {
+        (st = coll_load_env(c)) < 0) {
         coll_release(c);
         return st;
     }

@@ -180,6 +180,16 @@ static int coll_sm_major(int device) {
     return m;
 }
 
+int colli_cuda_sm(int device) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor;
+}
+
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
                       uint32_t nblocks, uint32_t nthreads, int pdl, void *stream) {
     coll_kernel_fn fn = coll_cuda_kernel(k, dtype);

@@ -41,6 +41,8 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
 
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (so mapped with 2 MiB pages). */
 int colli_cuda_big_pages(int device, const void *ptr);
+/* Compute capability as major * 10 + minor (90: sm_90), 0 when unknown. */
+int colli_cuda_sm(int device);
 
 /* Copy-engine copies on side streams of the caller's stream (CE all-pairs). fork: `lane` waits
  * for the work enqueued on `stream` so far; copy: a cudaMemcpyAsync on the lane (peer memory
@@ -117,8 +119,12 @@ struct cchan_coll {
     int64_t param[COLL_PARAM_COUNT]; /* cchan_coll_set_param */
     coll_args_t base;                /* fields every call shares */
     coll_reg_t *regs;
-    struct colli_plans *plans; /* execution plans, tried before the native kernels (coll_plan.c) */
-    const char *last_plan;     /* the plan the last call ran, or NULL */
+    struct colli_plans *plans;   /* execution plans, the registry's plan entries (coll_plan.c) */
+    struct colli_tuning *tuning; /* the tuning table, or NULL: the default rule (coll_tune.c) */
+    struct colli_seen *seen;     /* (op, size, dtype, in place) already logged at INFO */
+    int sm;                      /* compute capability (90: sm_90); 0 on the host platform */
+    const char *last_plan;       /* the plan the last call ran, or NULL */
+    cchan_coll_choice_t last_choice; /* what the last AUTO call ran and why */
 };
 
 /* coll_param.c: every parameter's default, or its CCHAN_COLL_<NAME> value from the environment
@@ -135,6 +141,18 @@ uint64_t colli_ce_slot_bytes(const coll_args_t *a, int regions);
 
 /* coll.c: the registration holding [p, p + bytes), or NULL. */
 const coll_reg_t *colli_find_reg(const cchan_coll_t *c, const void *p, size_t bytes);
+
+/* coll_select.c: the default rule's name for this communicator ("sm_90", or "sm_90 (unmeasured on
+ * sm_80)"), and its native choice for an AUTO call on the regions of send and recv as the call
+ * takes them, with why (the size row and any change for the buffers). */
+const char *colli_default_rule(const cchan_coll_t *c);
+cchan_coll_algo_t colli_default_native(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
+                                       const void *send, const void *recv, char *why,
+                                       size_t why_len);
+/* Whether the native algo runs this call: op and size supported, and, for the algorithms that
+ * need registered buffers, send and recv's regions registered (NULL buffers: some registration). */
+int colli_native_runs(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t algo,
+                      size_t bytes, const void *send, const void *recv);
 
 /* coll_select.c: picks the algorithm for a call on `bytes` of send and recv (CCHAN_COLL_AUTO: the
  * selector's row for these buffers) and checks that it can run; for CE_ALLPAIRS, and for HB
@@ -153,21 +171,51 @@ int colli_run_barrier(cchan_coll_t *c, const coll_args_t *a, void *stream, const
 uint32_t colli_hb_grid(const cchan_coll_t *c, size_t bytes_per_rank);
 uint32_t colli_zc_grid(const cchan_coll_t *c, size_t bytes);
 
-/* coll_plan.c: execution plans (cchan_exec) loaded per communicator, tried before the native
- * kernels. load is collective: the plans of dir for this communicator's size, in file-name order
- * (a plan the device cannot run is left out on every rank alike); register/deregister follow
- * cchan_coll_register. colli_plan_try runs the first loaded plan of the collective (cchan_exec's
- * numbering; root for Broadcast, else -1) whose size range holds in_bytes (one rank's input) and
- * that accepts the buffers: 0, CCHAN_ERR_UNSUPPORTED when none fits (nothing launched), or its
- * failure; c->last_plan names what ran. */
+/* coll_plan.c: execution plans (cchan_exec), the registry's plan entries. load parses the plans of
+ * a directory (this communicator's size, file-name order) or one file and adds them to the
+ * registry without setting anything up; setup (collective) builds the executor of every plan the
+ * selector can pick (colli_plan_selectable) that has none, and registers the communicator's
+ * buffers with it; a plan the device cannot run is left out on every rank alike. No call sets
+ * anything up. register/deregister follow cchan_coll_register. */
 typedef struct colli_plans colli_plans_t;
-int colli_plans_load(cchan_comm_t *comm, colli_plans_t **plans, const char *dir, const char *where);
+typedef struct colli_plan_view {
+    const char *name;
+    cchan_coll_op_t op;
+    int custom; /* a CUSTOM plan: no call runs it */
+    int root, inplace;
+    uint64_t min_in, max_in, granularity; /* one rank's input; max_in 0: none */
+    int ready;                            /* executor set up */
+    int left_out;                         /* the device cannot run it */
+} colli_plan_view_t;
+int colli_plans_load(cchan_coll_t *c, const char *path, const char *where);
+int colli_plans_setup(cchan_coll_t *c, const char *where);
 void colli_plans_destroy(colli_plans_t *plans);
 int colli_plans_register(colli_plans_t *plans, void *ptr, size_t bytes);
 int colli_plans_deregister(colli_plans_t *plans, void *ptr);
-int colli_plan_try(cchan_coll_t *c, int collective, int root, uint64_t in_bytes, const void *send,
-                   void *recv, size_t in_count, cchan_coll_dtype_t dtype, void *stream,
-                   const char *where);
+int colli_plans_n(const colli_plans_t *plans);
+void colli_plan_view(const colli_plans_t *plans, int i, colli_plan_view_t *out);
+/* Whether plan i runs a call of in_bytes (one rank's input) on send and recv (NULL: only the size
+ * and in-place checks, against `inplace`), dtype passed through. */
+int colli_plan_accepts(const colli_plans_t *plans, int i, uint64_t in_bytes, int inplace,
+                       const void *send, const void *recv, cchan_coll_dtype_t dtype);
+int colli_plan_run(cchan_coll_t *c, int i, const void *send, void *recv, size_t in_count,
+                   cchan_coll_dtype_t dtype, void *stream, const char *where);
+
+/* coll_tune.c: the tuning table and the selector. */
+typedef struct colli_tuning colli_tuning_t;
+int colli_tuning_load(cchan_coll_t *c, const char *path, const char *where); /* collective */
+void colli_tuning_free(colli_tuning_t *t);
+void colli_seen_free(struct colli_seen *s);
+/* Whether the selector can ever pick this plan: its collective has no native kernel, or a row of
+ * the table names it. */
+int colli_plan_selectable(const cchan_coll_t *c, const colli_plan_view_t *v);
+/* The choice for an AUTO call (cchan_coll_choose); *plan_index the plan's registry index or -1.
+ * With log set, logs it at INFO the first time this (op, bytes, dtype, in place) is seen. */
+int colli_choose(cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_dtype_t dtype, size_t bytes,
+                 int inplace, int root, const void *send, const void *recv, int log,
+                 cchan_coll_choice_t *out, int *plan_index);
+/* One rank's input of a call of `bytes` (as cchan_coll_select takes them). */
+uint64_t colli_in_bytes(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes);
 
 /* coll_ce.c: CE all-pairs AllReduce and AllGather on registered buffers (`a` mapped). */
 int colli_ce_allreduce(cchan_coll_t *c, coll_args_t *a, int dt, void *stream, const char *where);

@@ -27,6 +27,10 @@ int colli_cuda_big_pages(int device, const void *ptr) {
     (void)device, (void)ptr;
     return 0;
 }
+int colli_cuda_sm(int device) {
+    (void)device;
+    return 0;
+}
 int colli_ce_create(int device, colli_ce_t **out) {
     (void)device, (void)out;
     return coll_no_cuda();

@@ -2,6 +2,7 @@
  * (coll_select.c) and run it (coll_launch.c, coll_ce.c). */
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "coll_internal.h"
 
@@ -83,22 +84,30 @@ static int coll_prepare(cchan_coll_t *c, cchan_coll_op_t op, const void *send, v
         *bytes = 0;
         return st;
     }
-    if (*algo == CCHAN_COLL_AUTO && c->plans) {
-        /* in cchan_exec's terms: one rank's input, in elements */
-        static const int coll_of[] = {0 /* allreduce */, 1 /* allgather */, 2 /* reducescatter */};
-        uint64_t in = op == CCHAN_COLL_ALLGATHER ? per : *bytes;
-        st = colli_plan_try(c, coll_of[op], -1, in, send, recv, in / cchan_coll_dtype_size(dtype),
-                            dtype, stream, where);
-        if (st != CCHAN_ERR_UNSUPPORTED) {
+    const uint8_t *s8 = (const uint8_t *)send, *r8 = (const uint8_t *)recv;
+    const int inplace = op == CCHAN_COLL_ALLREDUCE   ? s8 == r8
+                        : op == CCHAN_COLL_ALLGATHER ? s8 == r8 + (size_t)c->rank * per
+                                                     : r8 == s8 + (size_t)c->rank * per;
+    if (*algo == CCHAN_COLL_AUTO) {
+        /* the selector: a loaded plan or a native algorithm, from the table or the default rule */
+        int idx = -1;
+        st = colli_choose(c, op, dtype, *bytes, inplace, -1, send, recv, 1, &c->last_choice, &idx);
+        if (st) {
             *bytes = 0;
             return st;
         }
+        if (idx >= 0) {
+            uint64_t in = colli_in_bytes(c, op, *bytes);
+            *bytes = 0;
+            return colli_plan_run(c, idx, send, recv, (size_t)(in / cchan_coll_dtype_size(dtype)),
+                                  dtype, stream, where);
+        }
+        *algo = c->last_choice.algo;
+    } else {
+        memset(&c->last_choice, 0, sizeof c->last_choice);
     }
-    const uint8_t *s8 = (const uint8_t *)send, *r8 = (const uint8_t *)recv;
     *a = coll_args(c, send, recv, count, dtype, *bytes);
-    a->in_place = op == CCHAN_COLL_ALLREDUCE   ? s8 == r8
-                  : op == CCHAN_COLL_ALLGATHER ? s8 == r8 + (size_t)c->rank * per
-                                               : r8 == s8 + (size_t)c->rank * per;
+    a->in_place = inplace;
     return colli_pick(c, op, algo, *bytes, send, recv, a, where);
 }
 

@@ -1,7 +1,8 @@
-/* cchan_coll: execution plans (cchan_exec) loaded for this communicator, chosen before the native
- * kernels for the (collective, ranks, size) they fit. Loading is collective: every rank reads the
- * same directory, takes the plans for its communicator's size in file-name order and builds an
- * executor for each, so every rank holds the same list and picks alike. */
+/* cchan_coll: execution plans (cchan_exec), the plan entries of the selector's registry. Loading
+ * parses plans and records what each applies to; executors are set up (collectively, at load)
+ * only for the plans the selector can pick (colli_plan_selectable), since a call must never set
+ * anything up: one thread may drive several ranks (NCCL group calls, nccl-tests -g N), and a
+ * bootstrap step there waits for a rank the same thread has yet to call. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -10,20 +11,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "coll_internal.h"
 
 #ifdef COLL_HAVE_EXEC
 #include "cchan_exec.h"
 
+/* cchan_coll's op and dtype numbering is cchan_exec's: a value crosses unchanged. */
+_Static_assert(CCHAN_COLL_ALLREDUCE == (int)CCHAN_EXEC_ALLREDUCE &&
+                   CCHAN_COLL_ALLGATHER == (int)CCHAN_EXEC_ALLGATHER &&
+                   CCHAN_COLL_REDUCESCATTER == (int)CCHAN_EXEC_REDUCESCATTER &&
+                   CCHAN_COLL_ALLTOALL == (int)CCHAN_EXEC_ALLTOALL &&
+                   CCHAN_COLL_BROADCAST == (int)CCHAN_EXEC_BROADCAST,
+               "cchan_coll_op_t must number the collectives as cchan_exec_collective_t");
+_Static_assert(CCHAN_COLL_F32 == (int)CCHAN_EXEC_F32 && CCHAN_COLL_F16 == (int)CCHAN_EXEC_F16 &&
+                   CCHAN_COLL_BF16 == (int)CCHAN_EXEC_BF16,
+               "cchan_coll_dtype_t must number the dtypes as cchan_exec_dtype_t");
+
+/* The two crossings between the libraries' enums, value by value (no casts between them). */
+static cchan_exec_dtype_t exec_dtype(cchan_coll_dtype_t dt) {
+    switch (dt) {
+    case CCHAN_COLL_F16: return CCHAN_EXEC_F16;
+    case CCHAN_COLL_BF16: return CCHAN_EXEC_BF16;
+    default: return CCHAN_EXEC_F32; /* (callers pass a dtype cchan_coll_dtype_size accepted) */
+    }
+}
+
+/* 0 for a CUSTOM plan, which no cchan_coll call runs. */
+static int coll_op_of(cchan_exec_collective_t x, cchan_coll_op_t *op) {
+    switch (x) {
+    case CCHAN_EXEC_ALLREDUCE: *op = CCHAN_COLL_ALLREDUCE; return 1;
+    case CCHAN_EXEC_ALLGATHER: *op = CCHAN_COLL_ALLGATHER; return 1;
+    case CCHAN_EXEC_REDUCESCATTER: *op = CCHAN_COLL_REDUCESCATTER; return 1;
+    case CCHAN_EXEC_ALLTOALL: *op = CCHAN_COLL_ALLTOALL; return 1;
+    case CCHAN_EXEC_BROADCAST: *op = CCHAN_COLL_BROADCAST; return 1;
+    default: return 0;
+    }
+}
+
 typedef struct colli_plan {
     cchan_exec_plan_t *plan;
-    cchan_exec_t *ex;
+    cchan_exec_t *ex; /* NULL until the selector can pick the plan */
     cchan_exec_plan_info_t info;
+    int left_out; /* the device cannot run it */
 } colli_plan_t;
 
 struct colli_plans {
-    cchan_comm_t *comm;
     colli_plan_t *v;
     int n, cap;
 };
@@ -35,22 +69,45 @@ static int name_cmp(const void *a, const void *b) {
 /* The largest input the executors of unbounded plans are set up for (their scratch). */
 #define COLL_PLAN_MAX_BYTES_DEFAULT (16ull << 20)
 
-int colli_plans_load(cchan_comm_t *comm, colli_plans_t **pp, const char *dir, const char *where) {
-    int nranks = cchan_comm_size(comm);
-    uint64_t max_in = COLL_PLAN_MAX_BYTES_DEFAULT;
-    const char *cv = getenv("CCHAN_COLL_PLAN_MAX_BYTES");
-    if (cv && *cv) {
-        char *end = NULL;
-        unsigned long long x = strtoull(cv, &end, 0);
-        if (*end || cv[0] == '-' || x == 0)
-            return colli_error(-EINVAL, where,
-                               "CCHAN_COLL_PLAN_MAX_BYTES=%s: want a positive byte count", cv);
-        max_in = x;
+static int plans_add(cchan_coll_t *c, const char *path, const char *where) {
+    colli_plans_t *p = c->plans;
+    if (!p && !(p = c->plans = (colli_plans_t *)calloc(1, sizeof *p)))
+        return colli_error(-ENOMEM, where, "no memory");
+    colli_plan_t e;
+    memset(&e, 0, sizeof e);
+    int st = cchan_exec_plan_load_file(path, &e.plan);
+    if (st < 0) return colli_error(st, where, "%s", cchan_exec_last_error());
+    cchan_exec_plan_info(e.plan, &e.info);
+    if (e.info.nranks != c->nranks) {
+        st = colli_error(-EINVAL, where, "plan %s (%s) is for %d ranks: the communicator has %d",
+                         e.info.name, path, e.info.nranks, c->nranks);
+        cchan_exec_plan_free(e.plan);
+        return st;
     }
-    DIR *d = opendir(dir);
-    if (!d) return colli_error(-errno, where, "plan directory %s: %s", dir, strerror(errno));
+    if (p->n == p->cap) {
+        int nc = p->cap ? 2 * p->cap : 8;
+        colli_plan_t *t = (colli_plan_t *)realloc(p->v, (size_t)nc * sizeof *t);
+        if (!t) {
+            cchan_exec_plan_free(e.plan);
+            return colli_error(-ENOMEM, where, "no memory");
+        }
+        p->v = t;
+        p->cap = nc;
+    }
+    p->v[p->n++] = e;
+    return 0;
+}
+
+int colli_plans_load(cchan_coll_t *c, const char *path, const char *where) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return colli_error(-errno, where, "plans %s: %s (want a directory or a plan file)", path,
+                           strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return plans_add(c, path, where);
+    DIR *d = opendir(path);
+    if (!d) return colli_error(-errno, where, "plan directory %s: %s", path, strerror(errno));
     char suffix[32];
-    snprintf(suffix, sizeof suffix, ".n%d.json", nranks);
+    snprintf(suffix, sizeof suffix, ".n%d.json", c->nranks);
     char **names = NULL;
     int nn = 0, cap = 0, st = 0;
     struct dirent *de;
@@ -74,69 +131,64 @@ int colli_plans_load(cchan_comm_t *comm, colli_plans_t **pp, const char *dir, co
     }
     closedir(d);
     if (!st && nn) qsort(names, (size_t)nn, sizeof *names, name_cmp);
-    colli_plans_t *p = *pp;
-    if (!st && !p) {
-        p = (colli_plans_t *)calloc(1, sizeof *p);
-        if (!p)
-            st = colli_error(-ENOMEM, where, "no memory");
-        else {
-            p->comm = comm;
-            *pp = p;
-        }
-    }
     for (int i = 0; i < nn && !st; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        colli_plan_t e;
-        memset(&e, 0, sizeof e);
-        st = cchan_exec_plan_load_file(path, &e.plan);
-        if (st < 0) {
-            st = colli_error(st, where, "%s", cchan_exec_last_error());
-            break;
-        }
-        cchan_exec_plan_info(e.plan, &e.info);
-        /* Set up now for every size the plan may be picked for (up to the cap on scratch of
-         * unbounded plans), and never grown by a call: a call must not be collective on the host,
-         * since one thread may drive several ranks (NCCL group calls, nccl-tests -g N). A call past
-         * the set-up fails cchan_exec_check and runs natively. */
-        cchan_exec_config_t xcfg = CCHAN_EXEC_CONFIG_INIT;
-        xcfg.flags = CCHAN_EXEC_NO_GROW;
-        xcfg.max_bytes = e.info.max_bytes && e.info.max_bytes < max_in ? e.info.max_bytes : max_in;
-        st = cchan_exec_create_ex(comm, e.plan, &xcfg, &e.ex);
-        if (st == CCHAN_ERR_UNSUPPORTED) {
-            /* the same on every rank (the same plan and kind of device): this plan is left out */
-            cchan_exec_plan_free(e.plan);
-            st = 0;
-            continue;
-        }
-        if (st < 0) {
-            cchan_exec_plan_free(e.plan);
-            st = colli_error(st, where, "%s", cchan_exec_last_error());
-            break;
-        }
-        if (p->n == p->cap) {
-            int nc = p->cap ? 2 * p->cap : 8;
-            colli_plan_t *t = (colli_plan_t *)realloc(p->v, (size_t)nc * sizeof *t);
-            if (!t) {
-                cchan_exec_destroy(e.ex);
-                cchan_exec_plan_free(e.plan);
-                st = colli_error(-ENOMEM, where, "no memory");
-                break;
-            }
-            p->v = t;
-            p->cap = nc;
-        }
-        p->v[p->n++] = e;
+        char file[4096];
+        snprintf(file, sizeof file, "%s/%s", path, names[i]);
+        st = plans_add(c, file, where);
     }
     for (int i = 0; i < nn; i++) free(names[i]);
     free(names);
     return st;
 }
 
+int colli_plans_setup(cchan_coll_t *c, const char *where) {
+    colli_plans_t *p = c->plans;
+    if (!p) return 0;
+    uint64_t max_in = COLL_PLAN_MAX_BYTES_DEFAULT;
+    const char *cv = getenv("CCHAN_COLL_PLAN_MAX_BYTES");
+    if (cv && *cv) {
+        char *end = NULL;
+        unsigned long long x = strtoull(cv, &end, 0);
+        if (*end || cv[0] == '-' || x == 0)
+            return colli_error(-EINVAL, where,
+                               "CCHAN_COLL_PLAN_MAX_BYTES=%s: want a positive byte count", cv);
+        max_in = x;
+    }
+    for (int i = 0; i < p->n; i++) {
+        colli_plan_t *e = &p->v[i];
+        colli_plan_view_t v;
+        colli_plan_view(p, i, &v);
+        /* the same decision on every rank: the same plans, table and kind of device */
+        if (e->ex || e->left_out || !colli_plan_selectable(c, &v)) continue;
+        /* Set up now for every size the plan may be picked for (up to the cap on scratch of
+         * unbounded plans), and never grown by a call. A call past the set-up fails
+         * cchan_exec_check, and the selector passes over the plan. */
+        cchan_exec_config_t xcfg = CCHAN_EXEC_CONFIG_INIT;
+        xcfg.flags = CCHAN_EXEC_NO_GROW;
+        xcfg.max_bytes =
+            e->info.max_bytes && e->info.max_bytes < max_in ? e->info.max_bytes : max_in;
+        int st = cchan_exec_create_ex(c->comm, e->plan, &xcfg, &e->ex);
+        if (st == CCHAN_ERR_UNSUPPORTED) {
+            e->left_out = 1;
+            e->ex = NULL;
+            continue;
+        }
+        if (st < 0) {
+            e->ex = NULL;
+            return colli_error(st, where, "%s", cchan_exec_last_error());
+        }
+        /* buffers registered before this executor was set up */
+        for (coll_reg_t *g = c->regs; g; g = g->next)
+            if ((st = cchan_exec_register(e->ex, g->ptr, g->bytes)) < 0)
+                return colli_error(st, where, "plan %s: %s", e->info.name, cchan_exec_last_error());
+    }
+    return 0;
+}
+
 void colli_plans_destroy(colli_plans_t *p) {
     if (!p) return;
     for (int i = 0; i < p->n; i++) {
-        cchan_exec_destroy(p->v[i].ex);
+        if (p->v[i].ex) cchan_exec_destroy(p->v[i].ex);
         cchan_exec_plan_free(p->v[i].plan);
     }
     free(p->v);
@@ -145,6 +197,7 @@ void colli_plans_destroy(colli_plans_t *p) {
 
 int colli_plans_register(colli_plans_t *p, void *ptr, size_t bytes) {
     for (int i = 0; p && i < p->n; i++) {
+        if (!p->v[i].ex) continue;
         int st = cchan_exec_register(p->v[i].ex, ptr, bytes);
         if (st < 0)
             return colli_error(st, "cchan_coll_register", "plan %s: %s", p->v[i].info.name,
@@ -156,83 +209,57 @@ int colli_plans_register(colli_plans_t *p, void *ptr, size_t bytes) {
 int colli_plans_deregister(colli_plans_t *p, void *ptr) {
     int first = 0;
     for (int i = 0; p && i < p->n; i++) {
+        if (!p->v[i].ex) continue;
         int st = cchan_exec_deregister(p->v[i].ex, ptr);
         if (st < 0 && st != -ENOENT && !first) first = st;
     }
     return first;
 }
 
-static const colli_plan_t *pick(const colli_plans_t *p, cchan_exec_collective_t coll, int root,
-                                uint64_t in_bytes, const void *send, const void *recv, size_t count,
-                                cchan_exec_dtype_t dt) {
-    for (int i = 0; p && i < p->n; i++) {
-        const colli_plan_t *e = &p->v[i];
-        if (e->info.collective != coll || (coll == CCHAN_EXEC_BROADCAST && e->info.root != root))
-            continue;
-        if (!cchan_exec_plan_fits(e->plan, in_bytes)) continue;
-        if (cchan_exec_check(e->ex, send, recv, count, dt) != 0) continue;
-        return e;
-    }
-    return NULL;
+int colli_plans_n(const colli_plans_t *p) { return p ? p->n : 0; }
+
+void colli_plan_view(const colli_plans_t *p, int i, colli_plan_view_t *out) {
+    const colli_plan_t *e = &p->v[i];
+    out->name = e->info.name;
+    out->op = CCHAN_COLL_ALLREDUCE;
+    out->custom = !coll_op_of(e->info.collective, &out->op);
+    out->root = e->info.root;
+    out->inplace = e->info.inplace;
+    out->min_in = e->info.min_bytes;
+    out->max_in = e->info.max_bytes;
+    out->granularity = e->info.granularity;
+    out->ready = e->ex != NULL;
+    out->left_out = e->left_out;
 }
 
-static const char *pick_name(const colli_plans_t *p, int coll, int root, uint64_t in_bytes,
-                             const void *send, const void *recv, size_t count, int dtype) {
-    const colli_plan_t *e = pick(p, (cchan_exec_collective_t)coll, root, in_bytes, send, recv,
-                                 count, (cchan_exec_dtype_t)dtype);
-    return e ? e->info.name : NULL;
+int colli_plan_accepts(const colli_plans_t *p, int i, uint64_t in_bytes, int inplace,
+                       const void *send, const void *recv, cchan_coll_dtype_t dtype) {
+    const colli_plan_t *e = &p->v[i];
+    size_t es = cchan_coll_dtype_size(dtype);
+    if (!e->ex || !es || in_bytes % es || !cchan_exec_plan_fits(e->plan, in_bytes)) return 0;
+    if (!send || !recv) return !e->info.inplace == !inplace;
+    return cchan_exec_check(e->ex, send, recv, (size_t)(in_bytes / es), exec_dtype(dtype)) == 0;
 }
 
-int colli_plan_try(cchan_coll_t *c, int coll, int root, uint64_t in_bytes, const void *send,
-                   void *recv, size_t in_count, cchan_coll_dtype_t dtype, void *stream,
-                   const char *where) {
-    c->last_plan = NULL;
-    const colli_plan_t *e = pick(c->plans, (cchan_exec_collective_t)coll, root, in_bytes, send,
-                                 recv, in_count, (cchan_exec_dtype_t)dtype);
-    if (!e) return CCHAN_ERR_UNSUPPORTED;
-    int st = cchan_exec_run(e->ex, send, recv, in_count, (cchan_exec_dtype_t)dtype, CCHAN_EXEC_SUM,
-                            stream);
+int colli_plan_run(cchan_coll_t *c, int i, const void *send, void *recv, size_t in_count,
+                   cchan_coll_dtype_t dtype, void *stream, const char *where) {
+    const colli_plan_t *e = &c->plans->v[i];
+    int st = cchan_exec_run(e->ex, send, recv, in_count, exec_dtype(dtype), CCHAN_EXEC_SUM, stream);
     if (st < 0) return colli_error(st, where, "plan %s: %s", e->info.name, cchan_exec_last_error());
     c->last_plan = e->info.name;
     return 0;
 }
 
-/* ------------------------------------------------------------------ public */
-
-int cchan_coll_load_plans(cchan_coll_t *c, const char *dir) {
-    static const char *where = "cchan_coll_load_plans";
-    colli_clear_error();
-    if (!c || !dir) return colli_error(-EINVAL, where, "coll and dir must not be NULL");
-    int st = cchan_comm_check(c->comm, where);
-    if (st) return st;
-    int before = c->plans ? c->plans->n : 0;
-    st = colli_plans_load(c->comm, &c->plans, dir, where);
-    if (st < 0) return st;
-    /* buffers registered before these plans were loaded */
-    for (coll_reg_t *g = c->regs; g; g = g->next)
-        for (int i = before; i < c->plans->n; i++)
-            if ((st = cchan_exec_register(c->plans->v[i].ex, g->ptr, g->bytes)) < 0)
-                return colli_error(st, where, "plan %s: %s", c->plans->v[i].info.name,
-                                   cchan_exec_last_error());
-    return c->plans ? c->plans->n : 0;
-}
-
-const char *cchan_coll_plan_name(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
-                                 const void *send, const void *recv) {
-    if (!c || !c->plans || (unsigned)op > CCHAN_COLL_REDUCESCATTER) return NULL;
-    uint64_t in = op == CCHAN_COLL_ALLGATHER ? bytes / (size_t)c->nranks : bytes;
-    /* the plans' sizes are bytes: any element size that divides them names the same call */
-    int dt = in % 4 == 0 ? CCHAN_EXEC_F32 : CCHAN_EXEC_F16;
-    return pick_name(c->plans, (int)op, -1, in, send, recv, (size_t)(in / (dt ? 2 : 4)), dt);
-}
-
 #else /* no cchan_exec in this build (jansson was missing) */
 
-int colli_plans_load(cchan_comm_t *comm, colli_plans_t **plans, const char *dir,
-                     const char *where) {
-    (void)comm, (void)plans;
+int colli_plans_load(cchan_coll_t *c, const char *path, const char *where) {
+    (void)c;
     return colli_error(CCHAN_ERR_UNSUPPORTED, where,
-                       "plans (%s): this build has no cchan_exec (jansson was missing)", dir);
+                       "plans (%s): this build has no cchan_exec (jansson was missing)", path);
+}
+int colli_plans_setup(cchan_coll_t *c, const char *where) {
+    (void)c, (void)where;
+    return 0;
 }
 void colli_plans_destroy(colli_plans_t *p) { (void)p; }
 int colli_plans_register(colli_plans_t *p, void *ptr, size_t bytes) {
@@ -243,32 +270,66 @@ int colli_plans_deregister(colli_plans_t *p, void *ptr) {
     (void)p, (void)ptr;
     return 0;
 }
-int colli_plan_try(cchan_coll_t *c, int coll, int root, uint64_t in_bytes, const void *send,
-                   void *recv, size_t in_count, cchan_coll_dtype_t dtype, void *stream,
-                   const char *where) {
-    (void)coll, (void)root, (void)in_bytes, (void)send, (void)recv, (void)in_count, (void)dtype;
-    (void)stream, (void)where;
-    c->last_plan = NULL;
-    return CCHAN_ERR_UNSUPPORTED;
+int colli_plans_n(const colli_plans_t *p) {
+    (void)p;
+    return 0;
 }
-int cchan_coll_load_plans(cchan_coll_t *c, const char *dir) {
-    colli_clear_error();
-    if (!c || !dir)
-        return colli_error(-EINVAL, "cchan_coll_load_plans", "coll and dir must not be NULL");
-    return colli_plans_load(c->comm, NULL, dir, "cchan_coll_load_plans");
+void colli_plan_view(const colli_plans_t *p, int i, colli_plan_view_t *out) {
+    (void)p, (void)i;
+    memset(out, 0, sizeof *out);
 }
-const char *cchan_coll_plan_name(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
-                                 const void *send, const void *recv) {
-    (void)c, (void)op, (void)bytes, (void)send, (void)recv;
-    return NULL;
+int colli_plan_accepts(const colli_plans_t *p, int i, uint64_t in_bytes, int inplace,
+                       const void *send, const void *recv, cchan_coll_dtype_t dtype) {
+    (void)p, (void)i, (void)in_bytes, (void)inplace, (void)send, (void)recv, (void)dtype;
+    return 0;
+}
+int colli_plan_run(cchan_coll_t *c, int i, const void *send, void *recv, size_t in_count,
+                   cchan_coll_dtype_t dtype, void *stream, const char *where) {
+    (void)c, (void)i, (void)send, (void)recv, (void)in_count, (void)dtype, (void)stream;
+    return colli_error(CCHAN_ERR_UNSUPPORTED, where, "this build has no cchan_exec");
 }
 
 #endif
 
+/* ------------------------------------------------------------------ public */
+
+int cchan_coll_load_plans(cchan_coll_t *c, const char *path) {
+    static const char *where = "cchan_coll_load_plans";
+    colli_clear_error();
+    if (!c || !path) return colli_error(-EINVAL, where, "coll and path must not be NULL");
+    int st = cchan_comm_check(c->comm, where);
+    if (st) return st;
+    /* a plan one rank cannot read fails every rank now, naming it, not at a later collective */
+    int bad = colli_plans_load(c, path, where);
+    st = cchan_comm_agree(c->comm, bad, where, bad ? cchan_last_error() : NULL);
+    if (st) return bad ? bad : st;
+    st = colli_plans_setup(c, where);
+    return st < 0 ? st : colli_plans_n(c->plans);
+}
+
 const char *cchan_coll_last_plan(const cchan_coll_t *c) { return c ? c->last_plan : NULL; }
 
+const char *cchan_coll_plan_name(const cchan_coll_t *c, cchan_coll_op_t op,
+                                 cchan_coll_dtype_t dtype, size_t bytes, const void *send,
+                                 const void *recv) {
+    if (!c) return NULL;
+    cchan_coll_choice_t ch;
+    int inplace = send && recv && colli_in_bytes(c, op, bytes) &&
+                  (op == CCHAN_COLL_ALLGATHER
+                       ? (const char *)send ==
+                             (const char *)recv + (size_t)c->rank * colli_in_bytes(c, op, bytes)
+                   : op == CCHAN_COLL_REDUCESCATTER
+                       ? (const char *)recv ==
+                             (const char *)send + (size_t)c->rank * (bytes / (size_t)c->nranks)
+                       : send == recv);
+    int idx = -1;
+    if (colli_choose((cchan_coll_t *)c, op, dtype, bytes, inplace, 0, send, recv, 0, &ch, &idx))
+        return NULL;
+    return ch.plan;
+}
+
 /* AllToAll and Broadcast run on plans only. */
-static int plan_only(cchan_coll_t *c, int coll, int root, const void *send, void *recv,
+static int plan_only(cchan_coll_t *c, cchan_coll_op_t op, int root, const void *send, void *recv,
                      size_t count, size_t mul, cchan_coll_dtype_t dtype, void *stream,
                      const char *where) {
     colli_clear_error();
@@ -289,17 +350,21 @@ static int plan_only(cchan_coll_t *c, int coll, int root, const void *send, void
                            "%llu bytes at send %p or recv %p run past the end of the address "
                            "space",
                            (unsigned long long)in, send, recv);
-    st = colli_plan_try(c, coll, root, in, send, recv, count * mul, dtype, stream, where);
-    if (st == CCHAN_ERR_UNSUPPORTED)
-        return colli_error(st, where, "no loaded plan runs this call (%llu bytes%s)",
-                           (unsigned long long)in, root >= 0 ? ", this root" : "");
-    return st;
+    int idx = -1;
+    st = colli_choose(c, op, dtype, (size_t)in, send == recv, root, send, recv, 1, &c->last_choice,
+                      &idx);
+    if (st == CCHAN_ERR_UNSUPPORTED || (st == 0 && idx < 0))
+        return colli_error(CCHAN_ERR_UNSUPPORTED, where,
+                           "no loaded plan runs this call (%llu bytes%s)", (unsigned long long)in,
+                           root >= 0 ? ", this root" : "");
+    if (st) return st;
+    return colli_plan_run(c, idx, send, recv, count * mul, dtype, stream, where);
 }
 
 int cchan_coll_alltoall(cchan_coll_t *c, const void *send, void *recv, size_t count,
                         cchan_coll_dtype_t dtype, void *stream) {
-    return plan_only(c, 3 /* CCHAN_EXEC_ALLTOALL */, -1, send, recv, count,
-                     c ? (size_t)c->nranks : 1, dtype, stream, "cchan_coll_alltoall");
+    return plan_only(c, CCHAN_COLL_ALLTOALL, -1, send, recv, count, c ? (size_t)c->nranks : 1,
+                     dtype, stream, "cchan_coll_alltoall");
 }
 
 int cchan_coll_broadcast(cchan_coll_t *c, const void *send, void *recv, size_t count,
@@ -307,6 +372,6 @@ int cchan_coll_broadcast(cchan_coll_t *c, const void *send, void *recv, size_t c
     if (c && (root < 0 || root >= c->nranks))
         return colli_error(-EINVAL, "cchan_coll_broadcast", "root %d: want 0..%d", root,
                            c->nranks - 1);
-    return plan_only(c, 4 /* CCHAN_EXEC_BROADCAST */, root, send, recv, count, 1, dtype, stream,
+    return plan_only(c, CCHAN_COLL_BROADCAST, root, send, recv, count, 1, dtype, stream,
                      "cchan_coll_broadcast");
 }

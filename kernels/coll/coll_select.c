@@ -1,11 +1,13 @@
-/* cchan_coll algorithm selection: the size table (cchan_coll_select), what a call on given buffers
- * runs (cchan_coll_select_buffers, colli_pick) and what each algorithm supports. */
+/* cchan_coll's native selection, the default rule of the selector (coll_tune.c): the size table of
+ * each GPU generation (cchan_coll_select), what a call on given buffers runs
+ * (cchan_coll_select_buffers, colli_pick) and what each algorithm supports. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "coll_internal.h"
 
-/* The selector's table: the first row whose op matches, whose rank count is at most max_ranks,
+/* A generation's size table: the first row whose op matches, whose rank count is at most max_ranks,
  * whose message (bytes of the full buffer: AllReduce's, AllGather's output, ReduceScatter's input)
  * lies in [min_bytes, max_bytes] and whose algorithm supports the call wins; HB all-pairs supports
  * everything and is the fallback. Why these rows (figures: docs/tuning.md, "Selector rows"):
@@ -29,7 +31,8 @@ typedef struct coll_select_row {
     cchan_coll_algo_t algo;
 } coll_select_row_t;
 
-static const coll_select_row_t coll_select_table[] = {
+/* Measured on H100 and H200 (sm_90). */
+static const coll_select_row_t coll_rows_sm90[] = {
     {CCHAN_COLL_ALLREDUCE, 2, 0, 512 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLREDUCE, 4, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_ALLREDUCE, 8, 0, 128 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
@@ -40,6 +43,36 @@ static const coll_select_row_t coll_select_table[] = {
     {CCHAN_COLL_REDUCESCATTER, 2, 0, COLL_MiB, CCHAN_COLL_LL_ALLPAIRS},
     {CCHAN_COLL_REDUCESCATTER, 8, 0, 256 * COLL_KiB, CCHAN_COLL_LL_ALLPAIRS},
 };
+
+/* The default rule of each GPU generation: the table of the newest generation at or below the
+ * device's, else the oldest one (whose name then says it was not measured here). The host platform
+ * follows sm_90's, so that its tests exercise the GPU's rule. */
+static const struct coll_generation {
+    int sm;
+    const char *name;
+    const coll_select_row_t *rows;
+    size_t nrows;
+} coll_generations[] = {
+    {90, "sm_90", coll_rows_sm90, sizeof coll_rows_sm90 / sizeof coll_rows_sm90[0]},
+};
+#define COLL_NGEN (sizeof coll_generations / sizeof coll_generations[0])
+
+static const struct coll_generation *coll_gen(const cchan_coll_t *c) {
+    const struct coll_generation *g = &coll_generations[0];
+    for (size_t i = 0; i < COLL_NGEN; i++)
+        if (coll_generations[i].sm <= c->sm && coll_generations[i].sm >= g->sm)
+            g = &coll_generations[i];
+    return g;
+}
+
+const char *colli_default_rule(const cchan_coll_t *c) {
+    const struct coll_generation *g = coll_gen(c);
+    if (c->platform != CCHAN_PLATFORM_CUDA) return g->name; /* the host follows sm_90 */
+    if (g->sm == c->sm) return g->name;
+    static _Thread_local char buf[64];
+    snprintf(buf, sizeof buf, "%s (unmeasured on sm_%d)", g->name, c->sm);
+    return buf;
+}
 
 /* HB all-pairs AllReduce on registered buffers reads the peers' inputs (zero-copy) up to this size;
  * beyond, NVLink reads from 128 blocks fell behind the scratch path's stores (docs/tuning.md,
@@ -55,7 +88,8 @@ static int coll_query_args(const cchan_coll_t *c, cchan_coll_op_t op, const char
     if (!c) return colli_error(-EINVAL, where, "coll is NULL");
     if ((unsigned)op > CCHAN_COLL_REDUCESCATTER)
         return colli_error(-EINVAL, where,
-                           "op %d is not a collective (valid: %d CCHAN_COLL_ALLREDUCE, "
+                           "op %d is not a collective with native kernels (valid: %d "
+                           "CCHAN_COLL_ALLREDUCE, "
                            "%d CCHAN_COLL_ALLGATHER, %d CCHAN_COLL_REDUCESCATTER)",
                            (int)op, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_ALLGATHER,
                            CCHAN_COLL_REDUCESCATTER);
@@ -91,17 +125,24 @@ int cchan_coll_supported(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_a
 /* The algorithms that work only on registered buffers. */
 static int coll_needs_reg(cchan_coll_algo_t algo) { return algo == CCHAN_COLL_CE_ALLPAIRS; }
 
-cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes) {
-    int st = coll_query_args(c, op, "cchan_coll_select");
-    if (st) return (cchan_coll_algo_t)st;
-    for (size_t i = 0; i < sizeof coll_select_table / sizeof coll_select_table[0]; i++) {
-        const coll_select_row_t *row = &coll_select_table[i];
+/* The generation's row for the call, or NULL (HB all-pairs, the fallback). */
+static const coll_select_row_t *coll_row(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes) {
+    const struct coll_generation *g = coll_gen(c);
+    for (size_t i = 0; i < g->nrows; i++) {
+        const coll_select_row_t *row = &g->rows[i];
         if (row->op == op && c->nranks <= row->max_ranks && bytes >= row->min_bytes &&
             bytes <= row->max_bytes && cchan_coll_supported(c, op, row->algo, bytes) &&
             (!coll_needs_reg(row->algo) || c->regs))
-            return row->algo;
+            return row;
     }
-    return CCHAN_COLL_HB_ALLPAIRS;
+    return NULL;
+}
+
+cchan_coll_algo_t cchan_coll_select(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes) {
+    int st = coll_query_args(c, op, "cchan_coll_select");
+    if (st) return (cchan_coll_algo_t)st;
+    const coll_select_row_t *row = coll_row(c, op, bytes);
+    return row ? row->algo : CCHAN_COLL_HB_ALLPAIRS;
 }
 
 /* Every rank's send and recv mapped here, for calls on registered buffers (same offsets on every
@@ -164,9 +205,46 @@ cchan_coll_algo_t cchan_coll_select_buffers(const cchan_coll_t *c, cchan_coll_op
                                             const void *send, const void *recv) {
     int st = coll_query_args(c, op, "cchan_coll_select_buffers");
     if (st) return (cchan_coll_algo_t)st;
-    if (cchan_coll_plan_name(c, op, bytes, send, recv)) return CCHAN_COLL_PLAN;
     coll_reg_regions(op, &send, &recv);
     return coll_auto(c, op, bytes, send, recv);
+}
+
+cchan_coll_algo_t colli_default_native(const cchan_coll_t *c, cchan_coll_op_t op, size_t bytes,
+                                       const void *send, const void *recv, char *why,
+                                       size_t why_len) {
+    const coll_select_row_t *row = coll_row(c, op, bytes);
+    cchan_coll_algo_t algo = CCHAN_COLL_HB_ALLPAIRS;
+    if (send && recv) {
+        coll_reg_regions(op, &send, &recv);
+        algo = coll_auto(c, op, bytes, send, recv);
+    } else if (row) {
+        algo = row->algo;
+    }
+    int n;
+    if (!row)
+        n = snprintf(why, why_len, "default rule %s: no size row holds it, the fallback",
+                     colli_default_rule(c));
+    else if (row->max_bytes == SIZE_MAX)
+        n = snprintf(why, why_len, "default rule %s: size row from %zu B for <= %d ranks",
+                     colli_default_rule(c), row->min_bytes, row->max_ranks);
+    else
+        n = snprintf(why, why_len, "default rule %s: size row %zu-%zu B for <= %d ranks",
+                     colli_default_rule(c), row->min_bytes, row->max_bytes, row->max_ranks);
+    if (n > 0 && (size_t)n < why_len && row && algo != row->algo)
+        snprintf(why + n, why_len - (size_t)n, " (%s there; these buffers run %s)",
+                 cchan_coll_algo_name(row->algo), cchan_coll_algo_name(algo));
+    return algo;
+}
+
+int colli_native_runs(const cchan_coll_t *c, cchan_coll_op_t op, cchan_coll_algo_t algo,
+                      size_t bytes, const void *send, const void *recv) {
+    if ((unsigned)op > CCHAN_COLL_REDUCESCATTER || algo == CCHAN_COLL_AUTO ||
+        (unsigned)algo >= CCHAN_COLL_ALGO_COUNT || !cchan_coll_supported(c, op, algo, bytes))
+        return 0;
+    if (!coll_needs_reg(algo)) return 1;
+    if (!send || !recv) return c->regs != NULL;
+    coll_reg_regions(op, &send, &recv);
+    return colli_find_reg(c, send, bytes) && colli_find_reg(c, recv, bytes);
 }
 
 /* Picks the algorithm (CCHAN_COLL_AUTO: coll_auto) for a call on `bytes` of send and recv, whose

@@ -1,7 +1,8 @@
 /* cchan_coll with execution plans on the host platform: plans loaded from a directory (argument,
- * or CCHAN_COLL_PLANS at cchan_coll_create) run AUTO calls they fit before the native kernels,
- * cchan_coll_select_buffers and cchan_coll_last_plan say so, AllToAll and Broadcast run on plans,
- * and sizes no plan fits run natively. Results checked exactly.
+ * or CCHAN_COLL_PLANS at cchan_coll_create), ranked above the native kernels by a tuning table
+ * (every loaded plan a row, in load order), run AUTO calls they fit; cchan_coll_choose,
+ * cchan_coll_plan_name and cchan_coll_last_plan say so, AllToAll and Broadcast run on plans, and
+ * sizes no plan fits run natively. Results checked exactly.
  *
  *   cchan-run -n N exec_coll_host PLAN_DIR [env]     env: load through CCHAN_COLL_PLANS
  */
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cchan_coll.h"
 
@@ -63,6 +65,34 @@ int main(int argc, char **argv) {
             return 77;
         }
     }
+    /* A table ranking every loaded plan first (time 0; ties: the earlier row), so that AUTO calls
+     * run plans where one fits, as the default rule (plans below native) would not. */
+    {
+        int na = cchan_coll_algos(c, NULL, 0);
+        CHECK(na);
+        cchan_coll_algo_info_t *ai = calloc((size_t)na, sizeof *ai);
+        CHECK(cchan_coll_algos(c, ai, na));
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/exec_coll_host.%d.tune", (int)getpid());
+        FILE *f = fopen(path, "w");
+        if (!f) return 1;
+        static const char *ops[] = {"allreduce", "allgather", "reducescatter", "alltoall",
+                                    "broadcast"};
+        fprintf(f, "cchan-coll-tuning 1\n");
+        for (int i = 0; i < na; i++)
+            if (ai[i].algo == CCHAN_COLL_PLAN) {
+                char hi[32] = "inf";
+                if (ai[i].max_bytes)
+                    snprintf(hi, sizeof hi, "%llu", (unsigned long long)ai[i].max_bytes);
+                fprintf(f, "%s %d * %d %llu %s plan:%s 0\n", ops[ai[i].op], g_n, ai[i].inplace,
+                        (unsigned long long)ai[i].min_bytes, hi, ai[i].name);
+            }
+        fclose(f);
+        free(ai);
+        int rows = cchan_coll_load_tuning(c, path);
+        unlink(path);
+        CHECK(rows);
+    }
     const size_t max = 1 << 20;
     cchan_mem_t *sm, *rm;
     CHECK(cchan_mem_alloc(comm, max * 4 * (size_t)g_n, 0, &sm));
@@ -76,9 +106,12 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
         size_t n = counts[k];
         for (size_t i = 0; i < n; i++) send[i] = val(g_rank, i, k);
-        const char *want = cchan_coll_plan_name(c, CCHAN_COLL_ALLREDUCE, n * 4, send, recv);
-        cchan_coll_algo_t sel =
-            cchan_coll_select_buffers(c, CCHAN_COLL_ALLREDUCE, n * 4, send, recv);
+        const char *want =
+            cchan_coll_plan_name(c, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_F32, n * 4, send, recv);
+        cchan_coll_choice_t ch;
+        CHECK(cchan_coll_choose(c, CCHAN_COLL_ALLREDUCE, CCHAN_COLL_F32, n * 4, 0, 0, send, recv,
+                                &ch));
+        cchan_coll_algo_t sel = ch.algo;
         CHECK(cchan_coll_allreduce(c, send, recv, n, CCHAN_COLL_F32, CCHAN_COLL_AUTO, NULL));
         const char *ran = cchan_coll_last_plan(c);
         EXPECT(want && ran && !strcmp(want, ran) && sel == CCHAN_COLL_PLAN,
