@@ -162,7 +162,7 @@ static int cchan_run(ncclComm_t comm, shim_op_t op, const void *send, void *recv
 }
 
 /* Runs the call with cchan_coll's own choice (CCHAN_COLL_AUTO; *algo becomes what it ran, from
- * cchan_coll_select_buffers) or, should cchan_coll refuse
+ * cchan_coll_last_choice) or, should cchan_coll refuse
  * it before launching anything (CCHAN_ERR_UNSUPPORTED), with the portable algorithms by name.
  * Registration is collective, so every rank is refused alike and takes the same turn. Returns 0,
  * CCHAN_ERR_UNSUPPORTED (the caller forwards the call) or another failure. */
@@ -173,7 +173,8 @@ static int cchan_run_any(ncclComm_t comm, shim_op_t op, const void *send, void *
     static const cchan_coll_op_t cops[] = {CCHAN_COLL_ALLREDUCE, CCHAN_COLL_ALLGATHER,
                                            CCHAN_COLL_REDUCESCATTER};
     int rc = cchan_run(comm, op, send, recv, ccount, cdt, CCHAN_COLL_AUTO, stream);
-    if (rc == 0) *algo = cchan_coll_select_buffers(comm->coll, cops[op], full, send, recv);
+    cchan_coll_choice_t ch;
+    if (rc == 0 && cchan_coll_last_choice(comm->coll, &ch) == 0) *algo = ch.algo;
     for (size_t i = 0; rc == CCHAN_ERR_UNSUPPORTED && i < sizeof portable / sizeof portable[0];
          i++) {
         cchan_coll_algo_t a = portable[i];
@@ -281,8 +282,8 @@ SHIM_FORWARD(ncclBcast,
              comm, (buff, count, datatype, root, real, stream),
              log_path(comm, OP_BROADCAST, count, datatype, ncclSum, "nccl", NOT_CCHAN))
 /* AllToAll and Broadcast run on a loaded execution plan (cchan_coll_load_plans,
- * CCHAN_COLL_PLANS) where one fits the call, else on the fallback. They move bytes: any type goes
- * as 4- or 2-byte units. */
+ * CCHAN_COLL_PLANS) where the selector finds one, else on the fallback. float, half and bfloat16
+ * go as themselves; other types, which these calls only move, as 4- or 2-byte units. */
 static ncclResult_t plan_or_forward(shim_op_t op, const void *send, void *recv, size_t count,
                                     ncclDataType_t dtype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
@@ -291,8 +292,10 @@ static ncclResult_t plan_or_forward(shim_op_t op, const void *send, void *recv, 
     if (!comm->coll) {
         snprintf(why, sizeof why, "cchan paths off (%s)", comm->cchan_off);
     } else if (count && elem && bytes % 2 == 0) {
+        /* the call's type where cchan has it (the selector's rows are per type), else units */
         cchan_coll_dtype_t cdt = bytes % 4 == 0 ? CCHAN_COLL_F32 : CCHAN_COLL_F16;
         size_t ccount = bytes / (cdt == CCHAN_COLL_F32 ? 4 : 2);
+        if (reduce_dtype(dtype, &cdt)) ccount = count;
         int rc =
             op == OP_ALLTOALL
                 ? cchan_coll_alltoall(comm->coll, send, recv, ccount, cdt, (void *)stream)
