@@ -302,8 +302,10 @@ def _core_prototypes(lib):
 # ------------------------------------------------------------------ cchan_coll.h
 
 COLL_F32, COLL_F16, COLL_BF16 = 0, 1, 2
-COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER = 0, 1, 2
+COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_ALLTOALL, COLL_BROADCAST = 0, 1, 2, 3, 4
+COLL_OPS = {"allreduce": 0, "allgather": 1, "reducescatter": 2, "alltoall": 3, "broadcast": 4}
 COLL_AUTO = 0
+COLL_PLAN = 100
 CCHAN_COLL_CONFIG_MAGIC = 0x63636331
 
 
@@ -327,6 +329,31 @@ def coll_config(scratch_bytes=0, max_blocks=0):
     return cfg
 
 
+class CollAlgoInfo(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("algo", c_int),
+        ("op", c_int),
+        ("nranks", c_int),
+        ("root", c_int),
+        ("inplace", c_int),
+        ("dtypes", c_uint32),
+        ("min_bytes", c_uint64),
+        ("max_bytes", c_uint64),
+        ("granularity", c_uint64),
+        ("ready", c_int),
+    ]
+
+
+class CollChoice(Structure):
+    _fields_ = [
+        ("algo", c_int),
+        ("plan", c_char_p),
+        ("from_table", c_int),
+        ("why", ctypes.c_char * 256),
+    ]
+
+
 def _coll_prototypes(lib):
     P = c_void_p
     call = [P, P, P, c_size_t, c_int, c_int, P]
@@ -340,6 +367,12 @@ def _coll_prototypes(lib):
         "cchan_coll_reducescatter": (c_int, call),
         "cchan_coll_select": (c_int, [P, c_int, c_size_t]),
         "cchan_coll_algo_name": (c_char_p, [c_int]),
+        "cchan_coll_load_plans": (c_int, [P, c_char_p]),
+        "cchan_coll_load_tuning": (c_int, [P, c_char_p]),
+        "cchan_coll_algos": (c_int, [P, POINTER(CollAlgoInfo), c_int]),
+        "cchan_coll_choose": (c_int, [P, c_int, c_int, c_size_t, c_int, c_int, P, P,
+                                      POINTER(CollChoice)]),
+        "cchan_coll_last_choice": (c_int, [P, POINTER(CollChoice)]),
         "cchan_coll_last_error": (c_char_p, []),
     }
     for name, (res, args) in protos.items():

@@ -4,6 +4,7 @@ custom all-reduce."""
 
 import contextlib
 import ctypes
+import os
 
 from . import _lib
 from ._lib import CchanError, check
@@ -11,6 +12,30 @@ from ._torch import ClosedError, check_out_overlap, check_tensor, stream_of, tor
 
 _DTYPES = {torch.float32: _lib.COLL_F32, torch.float16: _lib.COLL_F16,
            torch.bfloat16: _lib.COLL_BF16}
+_DTYPE_NAMES = {"f32": _lib.COLL_F32, "float32": _lib.COLL_F32, "f16": _lib.COLL_F16,
+                "float16": _lib.COLL_F16, "bf16": _lib.COLL_BF16, "bfloat16": _lib.COLL_BF16}
+_OP_NAMES = {v: k for k, v in _lib.COLL_OPS.items()}
+
+
+def _coll_dtype(dtype):
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype]
+    raise TypeError(f"dtype: expected torch.float32, float16, bfloat16 or one of "
+                    f"{sorted(_DTYPE_NAMES)}, got {dtype!r}")
+
+
+def _coll_op(op):
+    if op not in _lib.COLL_OPS:
+        raise ValueError(f"op: expected one of {list(_lib.COLL_OPS)}, got {op!r}")
+    return _lib.COLL_OPS[op]
+
+
+def _choice(ch):
+    plan = ch.plan.decode() if ch.plan else None
+    return {"algo": "plan" if plan else _lib.coll().cchan_coll_algo_name(ch.algo).decode(),
+            "plan": plan, "from_table": bool(ch.from_table), "why": ch.why.decode()}
 
 
 def _coll_error():
@@ -74,6 +99,62 @@ class Collectives:
         check(_lib.coll().cchan_coll_deregister(ptr, t.data_ptr()), "cchan_coll_deregister",
               _coll_error)
         self._registered.pop(t.data_ptr(), None)
+
+    # ------------------------------------------------------------ selection (docs/collectives.md)
+
+    def load_plans(self, folder_or_files):
+        """Collective: loads execution plans (a folder's <name>.n<size>.json, a plan file, or a
+        list of either) into the selector's registry; returns how many plans are loaded. Only
+        plans the selector can pick get an executor (docs/executor.md)."""
+        paths = ([folder_or_files] if isinstance(folder_or_files, (str, os.PathLike))
+                 else list(folder_or_files))
+        n = 0
+        for p in paths:
+            ptr = self._open()
+            n = check(_lib.coll().cchan_coll_load_plans(ptr, os.fsencode(p)),
+                      "cchan_coll_load_plans", _coll_error)
+        return n
+
+    def load_tuning(self, path):
+        """Collective: the tuning table the selector ranks algorithms by (None: the default
+        rule); returns its number of rows."""
+        ptr = self._open()
+        return check(_lib.coll().cchan_coll_load_tuning(ptr, None if path is None
+                                                        else os.fsencode(path)),
+                     "cchan_coll_load_tuning", _coll_error)
+
+    def choose(self, op, nbytes, dtype, inplace=False, root=0):
+        """What an automatic call runs: {'algo', 'plan', 'from_table', 'why'} for op
+        ('allreduce', ..., 'broadcast') on nbytes (AllReduce's buffer, AllGather's output,
+        ReduceScatter's input, AllToAll's send, Broadcast's buffer) of dtype."""
+        ptr = self._open()
+        ch = _lib.CollChoice()
+        check(_lib.coll().cchan_coll_choose(ptr, _coll_op(op), _coll_dtype(dtype), int(nbytes),
+                                            int(bool(inplace)), int(root), None, None,
+                                            ctypes.byref(ch)),
+              "cchan_coll_choose", _coll_error)
+        return _choice(ch)
+
+    def last_choice(self):
+        """What the last automatic call ran and why (as choose())."""
+        ptr = self._open()
+        ch = _lib.CollChoice()
+        check(_lib.coll().cchan_coll_last_choice(ptr, ctypes.byref(ch)), "cchan_coll_last_choice",
+              _coll_error)
+        return _choice(ch)
+
+    def algos(self):
+        """The selector's registry: native algorithms and loaded plans, with what each applies
+        to and whether it can be selected ('ready')."""
+        ptr = self._open()
+        lib = _lib.coll()
+        n = check(lib.cchan_coll_algos(ptr, None, 0), "cchan_coll_algos", _coll_error)
+        arr = (_lib.CollAlgoInfo * max(n, 1))()
+        check(lib.cchan_coll_algos(ptr, arr, n), "cchan_coll_algos", _coll_error)
+        return [{"name": a.name.decode(), "plan": a.algo == _lib.COLL_PLAN,
+                 "op": _OP_NAMES.get(a.op, str(a.op)), "root": a.root, "inplace": a.inplace,
+                 "min_bytes": a.min_bytes, "max_bytes": a.max_bytes or None,
+                 "granularity": a.granularity, "ready": bool(a.ready)} for a in arr[:n]]
 
     def all_reduce(self, t, out=None):
         self._check_in(t, "t")

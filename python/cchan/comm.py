@@ -325,6 +325,15 @@ class Comm:
         """out = this rank's 1/size of the sum over ranks of t along dim 0."""
         return self._collectives().reduce_scatter(t, out=out)
 
+    def load_plans(self, folder_or_files):
+        """Collective: execution plans (a folder, a file or a list) for the collectives'
+        selector; choose() and last_choice() of self._collectives() say what runs."""
+        return self._collectives().load_plans(folder_or_files)
+
+    def choose(self, op, nbytes, dtype, inplace=False, root=0):
+        """What an automatic op call of nbytes of dtype runs, and why (cchan_coll_choose)."""
+        return self._collectives().choose(op, nbytes, dtype, inplace=inplace, root=root)
+
 
 def env_rank():
     """The rank the launcher's environment names, or None (for scripts choosing what to run)."""

@@ -918,9 +918,46 @@ def case_plan():
     raises(TypeError, "plan", cchan.Plan, comm, 42)
 
 
+def case_select():
+    """Comm.load_plans and the collectives' selector from Python: the default rule (native for
+    AllReduce, the plan for AllToAll), a tuning table that ranks a plan first, and an automatic
+    all_reduce that runs it."""
+    if not cchan.plan_available():
+        print(f"[r{RANK}] select: skipped ({cchan.plan_unavailable_reason()})", flush=True)
+        return
+    plans = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plans")
+    n = comm.load_plans(plans)
+    expect(n >= 1, f"load_plans: {n} plans")
+    ch = comm.choose("allreduce", 16384, torch.float32)
+    expect(ch["plan"] is None and not ch["from_table"] and "default rule" in ch["why"],
+           f"default rule for allreduce: {ch}")
+    ch = comm.choose("alltoall", 4096 * SIZE, "f32")
+    expect(ch["plan"] == "alltoall_allpairs_mem", f"alltoall: {ch}")
+    coll = comm._collectives()
+    ready = {a["name"]: a["ready"] for a in coll.algos() if a["plan"]}
+    expect(ready.get("allreduce_1pa_ll") is False, f"allreduce_1pa_ll set up unselected: {ready}")
+    table = f"/tmp/test_cchan_select.{os.getpid()}.tune"
+    with open(table, "w") as f:
+        f.write(f"cchan-coll-tuning 1\nallreduce {SIZE} * 0 0 65536 plan:allreduce_1pa_ll 1.5\n")
+    try:
+        expect(coll.load_tuning(table) == 1, "load_tuning: 1 row")
+    finally:
+        os.unlink(table)
+    ch = comm.choose("allreduce", 16384, torch.float32)
+    expect(ch["plan"] == "allreduce_1pa_ll" and ch["from_table"], f"table: {ch}")
+    x = torch.full((4096,), float(RANK + 1), device=DEV)
+    y = comm.all_reduce(x)
+    sync()
+    expect(bool((y.cpu() == SIZE * (SIZE + 1) / 2).all()), "all_reduce on the table's plan")
+    expect(coll.last_choice()["plan"] == "allreduce_1pa_ll", f"last_choice {coll.last_choice()}")
+    coll.load_tuning(None)
+    expect(comm.choose("allreduce", 16384, "f32")["plan"] is None, "load_tuning(None): default")
+    raises(ValueError, "op", comm.choose, "gather", 16, "f32")
+
+
 CASES = [case_comm, case_deadline, case_check_args, case_memory, case_all_reduce, case_all_gather,
          case_reduce_scatter, case_coll_bad_input, case_custom_allreduce, case_moe_ll, case_moe_ht,
-         case_plan, case_graph]
+         case_plan, case_select, case_graph]
 
 only = [c for c in args.only.split(",") if c]
 for case in CASES:
