@@ -46,7 +46,8 @@ typedef struct ccb_opts {
     int nccl;                      /* 0: --no-nccl */
     uint32_t tokens[CCB_MAX_LIST], hiddens[CCB_MAX_LIST];
     int ntokens, nhiddens;
-    const char *json; /* -J */
+    const char *json;       /* -J */
+    const char *tuning_out; /* --tuning-out */
     int force_host;
     uint64_t alloc_pad; /* --alloc-pad: bytes allocated past the 2 MiB-rounded buffers */
     struct {            /* -T NAME=VALUE: cchan_coll_set_param before the runs */
@@ -164,6 +165,8 @@ double ccb_median(double *v, int n);
 double ccb_max_over_ranks(const ccb_ctx_t *ctx, double mine);
 int64_t ccb_sum_over_ranks(const ccb_ctx_t *ctx, int64_t mine);
 int ccb_json_write(const ccb_ctx_t *ctx, const char *path);
+/* The rows of named native algorithms as a cchan_coll tuning table (docs/collectives.md). */
+int ccb_tuning_write(const ccb_ctx_t *ctx, const char *path);
 
 /* ---- one operation (coll_run.c), shared with --plan (coll_plan.c) */
 #define CCB_GUARD 4096u /* bytes after each output that must stay untouched */

@@ -132,6 +132,50 @@ int ccb_json_write(const ccb_ctx_t *ctx, const char *path) {
     return 0;
 }
 
+/* Each (op, dtype, placement, algorithm) series of measured sizes s1 < s2 < ... becomes rows
+ * covering [0, s1], [s1 + 1, s2], ..., the last one up to inf: the selector then compares the
+ * algorithms measured at the nearest size at or above the call's. Auto rows and sweep variants
+ * name no single algorithm and are left out. */
+static const char *tune_dtype(const char *d) {
+    return !strcmp(d, "float") ? "f32" : !strcmp(d, "half") ? "f16" : "bf16";
+}
+
+int ccb_tuning_write(const ccb_ctx_t *ctx, const char *path) {
+    if (ctx->rank != 0 || !path) return 0;
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "cchan-coll-tuning 1\n# written by cchan-coll-bench on %s, %d ranks: %s\n"
+            "# collective ranks dtype inplace min_bytes max_bytes algorithm us\n",
+            ctx->device, ctx->nranks, ctx->command);
+    for (size_t i = 0; i < ctx->nrows; i++) {
+        const ccb_row_t *r = &ctx->rows[i];
+        if (!strcmp(r->op, "fused") || strchr(r->algo, ' ') || strchr(r->algo, ':')) continue;
+        for (int ip = 0; ip < 2; ip++) {
+            double us = ip ? r->ip.us : r->oop.us;
+            if (!(us > 0)) continue;
+            /* the series' previous and next measured sizes */
+            uint64_t prev = 0, next = 0;
+            int has_prev = 0, has_next = 0;
+            for (size_t j = 0; j < ctx->nrows; j++) {
+                const ccb_row_t *q = &ctx->rows[j];
+                if (strcmp(q->op, r->op) || strcmp(q->algo, r->algo) || strcmp(q->dtype, r->dtype))
+                    continue;
+                if (!((ip ? q->ip.us : q->oop.us) > 0)) continue;
+                if (q->bytes < r->bytes && (!has_prev || q->bytes > prev))
+                    prev = q->bytes, has_prev = 1;
+                if (q->bytes > r->bytes && (!has_next || q->bytes < next))
+                    next = q->bytes, has_next = 1;
+            }
+            char hi[32] = "inf";
+            if (has_next) snprintf(hi, sizeof hi, "%llu", (unsigned long long)r->bytes);
+            fprintf(f, "%s %d %s %d %llu %s %s %.3f\n", r->op, ctx->nranks, tune_dtype(r->dtype),
+                    ip, has_prev ? (unsigned long long)prev + 1 : 0ull, hi, r->algo, us);
+        }
+    }
+    return fclose(f) != 0 ? -1 : 0;
+}
+
 /* ---------------------------------------------------------------- options */
 
 static void usage(FILE *f) {
@@ -167,6 +211,9 @@ static void usage(FILE *f) {
             "                           NCCL, size by size (the plan's collective; -o ignored); "
             "repeatable\n"
             "  -J, --json FILE          write every row as JSON\n"
+            "      --tuning-out FILE    write the named algorithms' rows as a cchan_coll tuning "
+            "table\n"
+            "                           (CCHAN_COLL_TUNING; with -a all)\n"
             "  -h, --help\n"
             "NCCL is loaded at run time (CCHAN_NCCL_LIB, else libnccl.so.2); NCCL_NVLS_ENABLE is "
             "set to 0 and any other value is refused.\n");
@@ -282,7 +329,7 @@ static void set_defaults(ccb_opts_t *o) {
 static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
     ccb_opts_t *o = &ctx->opt;
     enum { OPT_GRAPH_MAX = 256, OPT_TOKENS, OPT_HIDDEN, OPT_NO_NCCL, OPT_HOST, OPT_SWEEP, OPT_PAD };
-    enum { OPT_PLAN = OPT_PAD + 1 };
+    enum { OPT_PLAN = OPT_PAD + 1, OPT_TUNING_OUT };
     static const struct option longopts[] = {{"op", required_argument, 0, 'o'},
                                              {"datatype", required_argument, 0, 'd'},
                                              {"algo", required_argument, 0, 'a'},
@@ -304,6 +351,7 @@ static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
                                              {"sweep", required_argument, 0, OPT_SWEEP},
                                              {"host", no_argument, 0, OPT_HOST},
                                              {"plan", required_argument, 0, OPT_PLAN},
+                                             {"tuning-out", required_argument, 0, OPT_TUNING_OUT},
                                              {"json", required_argument, 0, 'J'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
@@ -354,6 +402,7 @@ static int parse_args(int argc, char **argv, ccb_ctx_t *ctx) {
             }
             break;
         case 'J': o->json = optarg; break;
+        case OPT_TUNING_OUT: o->tuning_out = optarg; break;
         case 'h': usage(stdout); return 0;
         default: bad = 1; break;
         }
@@ -430,6 +479,8 @@ int main(int argc, char **argv) {
     rc = ccb_run(&ctx, dev);
     ccb_check_status(&ctx, cchan_bootstrap_barrier(ctx.bs), "barrier");
     if (o->json && ccb_json_write(&ctx, o->json) == 0) ccb_printf(&ctx, "# wrote %s\n", o->json);
+    if (o->tuning_out && ccb_tuning_write(&ctx, o->tuning_out) == 0)
+        ccb_printf(&ctx, "# wrote %s\n", o->tuning_out);
     ccb_printf(&ctx, "# %.1f s\n", ccb_now() - ctx.t0);
     int failed = rc < 0 || ctx.failed;
     cchan_comm_destroy(ctx.comm);
