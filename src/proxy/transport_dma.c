@@ -306,15 +306,8 @@ static int dma_open(cchani_port_channel_t *ch) {
     cchani_device_scope_t scope;
     int r = cchani_device_enter(ch->comm, &scope);
     if (!r) {
-        /* The greatest priority: the channel's copies must not queue behind the application's
-         * kernels in a hardware work queue that both streams map to (streams share
-         * CUDA_DEVICE_MAX_CONNECTIONS queues). A kernel waiting for this channel's flush, with more
-         * of the application's kernels queued behind it, would otherwise never let the copy run. */
-        int least = 0, greatest = 0;
-        cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-        if (e == cudaSuccess)
-            e = cudaStreamCreateWithPriority(&dc->stream, cudaStreamNonBlocking, greatest);
-        if (e != cudaSuccess) r = dma_error(ch, "cudaStreamCreateWithPriority", e);
+        cudaError_t e = cudaStreamCreateWithFlags(&dc->stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) r = dma_error(ch, "cudaStreamCreateWithFlags", e);
     }
     int events = 0;
     if (!r) r = dma_create_events(ch, ring, DMA_COMPLETIONS_INITIAL);

@@ -94,17 +94,6 @@ static cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     return cudaSuccess;
 }
 
-static cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
-    *least = 0;
-    *greatest = -5;
-    return cudaSuccess;
-}
-
-static cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority) {
-    (void)priority;
-    return cudaStreamCreateWithFlags(s, flags);
-}
-
 static cudaError_t cudaStreamDestroy(cudaStream_t s) {
     free(s);
     mock_cuda.live_streams--;
