@@ -240,54 +240,102 @@ def _comm_coll(comm):
     return c
 
 
+# cchan.empty() tensors behind create_shared_buffer()'s pointers, by this rank's pointer: the
+# pointers alone do not keep the memory alive.
+_SHARED_BUFFERS = {}
+
+
 class CustomAllreduce:
-    """vLLM's custom all-reduce interface over cchan_coll:
+    """vLLM's CustomAllreduce (vllm/distributed/device_communicators/custom_all_reduce.py) over
+    cchan_coll: the same constructor, attributes, refusal rules and methods.
 
-        ar = cchan.CustomAllreduce(group_or_comm, device=None, max_size=8 << 20)
-        if not ar.disabled and ar.should_custom_ar(x):
-            y = ar.all_reduce(x)              # or ar.all_reduce(x, out=y); out=x: in place
-        with ar.capture():                    # around CUDA-graph capture
-            ...
-        ar.close()
+        ar = cchan.CustomAllreduce(group, device=None, max_size=8192 * 1024,
+                                   symm_mem_enabled=False)
+        if ar.should_custom_ar(x):
+            y = ar.custom_all_reduce(x)      # or ar.all_reduce(x, out=y, registered=False)
+        with ar.capture():                   # around CUDA-graph capture; on exit
+            ...                              # register_graph_buffers() (collective)
+        ar.close()                           # collective
 
-    group: a cchan.Comm, or a torch.distributed process group (a communicator is made from it).
-    `disabled` is True, with `disabled_reason` saying why, where cchan cannot serve the group
-    (the libraries do not load, one rank only, a device other than the communicator's)."""
+    group: a torch.distributed process group (gloo or nccl; a cchan communicator is made from it
+    on `device`, None: torch's current device) or a cchan.Comm. `disabled` is True, with
+    `disabled_reason`, where vLLM's rules refuse the group (one rank; a size other than 2, 4, 6
+    or 8; ranks on several hosts) or cchan cannot serve it (the libraries do not load)."""
 
-    def __init__(self, group=None, device=None, max_size=8 << 20):
+    _SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]
+
+    def __init__(self, group=None, device=None, max_size=8192 * 1024, symm_mem_enabled=False):
         from .comm import Comm
 
+        self._IS_CAPTURING = False
         self.disabled = True
         self.disabled_reason = ""
         self._closed = False
-        self.max_size = int(max_size)
+        self._ptr = 0
         self._coll = None
         self._own_comm = False
+        self._graph_calls = []
+        self.comm = None
+        self.group = group
+        self.max_size = int(max_size)
+        # vLLM lowers max_size per GPU generation where its symmetric-memory all-reduce takes the
+        # larger sizes; cchan's memory is symmetric already and its selector picks per size.
+        self.symm_mem_enabled = bool(symm_mem_enabled)
+        self.fully_connected = False
+        if isinstance(device, int):
+            device = torch.device("cuda", device)
+        elif device is not None:
+            device = torch.device(device)
+        if isinstance(group, Comm):
+            group.check_open("group")
+            self.rank, self.world_size = group.rank, group.size
+        else:
+            import torch.distributed as dist
+
+            if not dist.is_available() or not dist.is_initialized():
+                raise ValueError("group: torch.distributed is not initialized (call "
+                                 "torch.distributed.init_process_group first, or pass a "
+                                 "cchan.Comm)")
+            self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+        self.device = device
+        # vLLM's refusals, decided from the group's size alone, so every rank takes the same
+        # branch before any collective.
+        if self.world_size == 1:
+            self.disabled_reason = "one rank: nothing to reduce"
+            return
+        if self.world_size not in self._SUPPORTED_WORLD_SIZES:
+            self.disabled_reason = (f"world size {self.world_size}: vLLM's custom all-reduce "
+                                    f"serves {self._SUPPORTED_WORLD_SIZES}")
+            return
         try:
             if isinstance(group, Comm):
                 self.comm = group
             else:
-                self.comm = Comm.from_process_group(group)
+                platform = "auto" if device is None else (
+                    "host" if device.type == "cpu" else device.type)
+                self.comm = Comm.from_process_group(group, platform=platform, device=device)
                 self._own_comm = True
         except (ImportError, CchanError) as e:
-            self.comm = None
             self.disabled_reason = str(e)
             return
-        if device is not None and torch.device(device) != self.comm.device:
+        if device is not None and device != self.comm.device:
             raise ValueError(f"device: expected the communicator's device {self.comm.device}, got "
-                             f"{torch.device(device)}")
-        if self.comm.size == 1:
-            self.disabled_reason = "one rank: nothing to reduce"
+                             f"{device}")
+        self.device = self.comm.device
+        if self.comm.local_size != self.comm.size:
+            self.disabled_reason = (f"the group's {self.comm.size} ranks span hosts "
+                                    f"({self.comm.local_size} on this one)")
             return
+        # cchan maps every peer's memory at setup (cchan_coll_create fails otherwise), so every
+        # rank reaches every other directly; NVLink and PCIe are not told apart.
         self._coll = Collectives(self.comm)
+        self._ptr = self._coll._ptr.value
+        self.fully_connected = True
         self.disabled = False
 
-    def should_custom_ar(self, inp):
-        """Whether all_reduce(inp) runs here: a contiguous f32/f16/bf16 tensor on the
-        communicator's device of at most max_size bytes."""
-        return (not self.disabled and isinstance(inp, torch.Tensor) and inp.dtype in _DTYPES
-                and inp.device == self.comm.device and inp.is_contiguous()
-                and inp.numel() * inp.element_size() <= self.max_size)
+    def finalize_p2p(self):
+        """vLLM defers its peer-access check to this collective call; cchan checked peer access
+        when it set up (the constructor), so nothing is left to do."""
 
     def _usable(self):
         if self._closed:
@@ -295,20 +343,43 @@ class CustomAllreduce:
         if self.disabled:
             raise RuntimeError(f"CustomAllreduce is disabled: {self.disabled_reason}")
 
+    def should_custom_ar(self, inp):
+        """vLLM's rule: a multiple of 16 bytes, below max_size (strictly), at 2 ranks or over
+        fully connected ones; and what cchan's kernels take: a contiguous f32/f16/bf16 tensor on
+        the communicator's device."""
+        if self.disabled or not isinstance(inp, torch.Tensor):
+            return False
+        nbytes = inp.numel() * inp.element_size()
+        if nbytes % 16 or inp.dtype not in _DTYPES or inp.device != self.comm.device:
+            return False
+        if not inp.is_contiguous():
+            return False
+        if self.world_size == 2 or self.fully_connected:
+            return nbytes < self.max_size
+        return False
+
     def all_reduce(self, inp, *, out=None, registered=False):
+        """out = sum over ranks of inp (out=None: a new tensor). registered is accepted for
+        vLLM's calls: cchan runs zero-copy where inp lies in memory registered with
+        register_buffer() and through its own scratch otherwise, whichever is passed."""
         self._usable()
         nbytes = inp.numel() * inp.element_size() if isinstance(inp, torch.Tensor) else 0
         if nbytes > self.max_size:
             raise ValueError(f"inp: expected at most max_size = {self.max_size} bytes, got "
                              f"{nbytes}")
-        return self._coll.all_reduce(inp, out=out)
+        out = self._coll.all_reduce(inp, out=out)
+        if self._IS_CAPTURING and inp.is_cuda and torch.cuda.is_current_stream_capturing():
+            self._graph_calls.append((inp.numel(), _DTYPES[inp.dtype]))
+        return out
 
-    def custom_all_reduce(self, inp):
-        """vLLM's entry point: all_reduce(inp) where should_custom_ar(inp), else None (the caller
-        falls back to another all-reduce)."""
-        if self._closed or self.disabled or not self.should_custom_ar(inp):
+    def custom_all_reduce(self, input):  # noqa: A002 - vLLM's parameter name
+        """vLLM's entry point: all_reduce(input) where should_custom_ar(input), else None (the
+        caller falls back to another all-reduce). Inside capture() but outside a capturing
+        stream (vLLM's warm-up runs) vLLM returns an unreduced tensor of the right shape; cchan
+        reduces, which allocates the same and gives the right values."""
+        if self._closed or self.disabled or not self.should_custom_ar(input):
             return None
-        return self._coll.all_reduce(inp)
+        return self.all_reduce(input, registered=self._IS_CAPTURING)
 
     def register_buffer(self, t):
         """Collective: t's memory is used in place (zero-copy) by later calls on it."""
@@ -317,19 +388,85 @@ class CustomAllreduce:
 
     @contextlib.contextmanager
     def capture(self):
-        """Around CUDA-graph capture. cchan's calls only launch kernels on the current stream (the
-        setup happened at construction), so captured calls replay as they ran; the context exists
-        for vLLM's interface and checks the object is usable before capture starts."""
+        """Around CUDA-graph capture; on exit register_graph_buffers() (collective, as vLLM's).
+        cchan's calls only launch kernels on the current stream (the setup happened at
+        construction), so captured calls replay as they ran."""
+        if not self.disabled:
+            self._usable()
+            self._coll._open()
+        self._graph_calls = []
+        try:
+            self._IS_CAPTURING = True
+            yield
+        finally:
+            self._IS_CAPTURING = False
+            if not self.disabled:
+                self.register_graph_buffers()
+
+    def register_graph_buffers(self):
+        """Collective. vLLM exchanges the addresses its captured kernels read, which they find
+        through a table filled here; cchan's captured kernels reach the peers through memory set
+        up before capture and need nothing. What is left is the check that gives vLLM's exchange
+        its meaning: every rank captured the same all-reduces (count, sizes, dtypes), else each
+        raises ValueError naming them, before a replay would wait for data that never comes.
+        Returns how many all-reduces were captured since capture() began."""
         self._usable()
-        self._coll._open()
-        yield
+        calls, self._graph_calls = self._graph_calls, []
+        digest, total = 0, 0
+        for numel, dt in calls:
+            digest = (digest * 1000003 + numel * 8 + dt) % (1 << 61)
+            total += numel
+        self.comm.agree("capture", "the all-reduces captured in a CUDA graph",
+                        (len(calls), total, digest),
+                        lambda v: f"{v[0]} calls, {v[1]} elements in all")
+        return len(calls)
+
+    @staticmethod
+    def create_shared_buffer(size_in_bytes, group=None, uncached=False):
+        """Collective over group (a cchan.Comm, or a process group a communicator is made
+        from): size_in_bytes of zero-filled cchan memory on every rank; returns every rank's
+        address of it (element r: rank r's, mapped here). free_shared_buffer() releases it.
+        uncached is accepted: cchan's memory channels order their own accesses."""
+        from .comm import Comm
+        from .memory import empty, peer_pointers
+
+        comm = group if isinstance(group, Comm) else Comm.from_process_group(group)
+        n = int(size_in_bytes)
+        if n <= 0:
+            raise ValueError(f"size_in_bytes: expected a positive int, got {size_in_bytes!r}")
+        t = empty((n,), torch.uint8, comm)
+        ptrs = [int(p) for p in peer_pointers(t).cpu().tolist()]
+        _SHARED_BUFFERS[ptrs[comm.rank]] = t
+        return ptrs
+
+    @staticmethod
+    def free_shared_buffer(pointers, group=None, rank=None):
+        """Releases a create_shared_buffer() allocation (its memory goes once no peer maps it)."""
+        if rank is None:
+            from .comm import Comm
+
+            if isinstance(group, Comm):
+                rank = group.rank
+            else:
+                import torch.distributed as dist
+
+                rank = dist.get_rank(group)
+        _SHARED_BUFFERS.pop(pointers[rank], None)
 
     def close(self):
+        """Collective (cchan_coll_destroy, and the communicator made from a process group), unlike
+        vLLM's, which frees this rank's buffers alone: every rank calls it. Idempotent; afterwards
+        the object is disabled (custom_all_reduce returns None, all_reduce raises ClosedError)."""
+        if self._closed:
+            return
         self._closed = True
-        if self._coll is not None:
-            self._coll.close()
-            self._coll = None
-        if self._own_comm and self.comm is not None:
-            self.comm.close()
-        self.disabled = True
-        self.disabled_reason = "closed"
+        self._ptr = 0
+        try:
+            if self._coll is not None:
+                self._coll.close()
+                self._coll = None
+        finally:
+            if self._own_comm and self.comm is not None:
+                self.comm.close()
+            self.disabled = True
+            self.disabled_reason = "closed"

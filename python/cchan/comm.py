@@ -76,6 +76,16 @@ def _resolve_platform(platform):
     return "host" if platform == "cpu" else platform
 
 
+def _group_device(platform, device):
+    """The device a communicator made from a process group runs on where the caller named none:
+    torch's current CUDA device. The launcher's local rank counts the ranks of the host's job, and
+    the bootstrap's counts the group's, so for a subgroup (ranks {2, 3} of a host's four) the
+    local rank modulo the GPUs would name another rank's GPU and move this process onto it."""
+    if device is not None or _resolve_platform(platform) != "cuda":
+        return device
+    return torch.cuda.current_device()
+
+
 class Comm:
     """A cchan communicator: every rank of a job, one process each.
 
@@ -86,7 +96,8 @@ class Comm:
     platform: 'auto' (CUDA where torch sees a GPU and the library was built with CUDA, else the
     host backend: CPU threads over shared memory), 'host' or 'cuda'. device: the GPU ordinal on
     CUDA; None takes the local rank modulo the GPUs torch sees (and makes it torch's current
-    device). timeout_ms: deadline of device-side waits in ms, 0 for none (None: CCHAN_TIMEOUT_MS
+    device); from_process_group takes torch's current device. timeout_ms: deadline of
+    device-side waits in ms, 0 for none (None: CCHAN_TIMEOUT_MS
     where set, else DEFAULT_TIMEOUT_MS, ten minutes); `comm.timeout_ms` is the one in force.
     check_args (default: CCHAN_PY_CHECK_ARGS=1 in the environment): before each collective or MoE
     call, the ranks compare the call's shape over the bootstrap (a host all-gather) and all raise
@@ -181,7 +192,8 @@ class Comm:
                            check_args=None):
         """Collective over a torch.distributed process group (None: the default group): rank 0 of
         the group makes the unique id and broadcasts it over the group (gloo: a CPU tensor, nccl:
-        a CUDA tensor)."""
+        a CUDA tensor). device None: torch's current CUDA device (never one guessed from the
+        rank, which for a subgroup is not this process's GPU)."""
         import torch.distributed as dist
 
         _check_timeout(timeout_ms)
@@ -190,6 +202,7 @@ class Comm:
                              "(call torch.distributed.init_process_group first)")
         g = group if group is not None else dist.group.WORLD
         rank, size = dist.get_rank(g), dist.get_world_size(g)
+        device = _group_device(platform, device)
         backend = dist.get_backend(g)
         dev = torch.device("cpu")
         if backend == "nccl":

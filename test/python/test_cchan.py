@@ -288,10 +288,16 @@ def case_coll_bad_input():
 
 
 def case_custom_allreduce():
-    ar = cchan.CustomAllreduce(comm, max_size=4096)
+    ar = cchan.CustomAllreduce(comm, DEV, max_size=4096, symm_mem_enabled=True)
     expect(not ar.disabled, f"CustomAllreduce disabled: {ar.disabled_reason}")
+    expect((ar.rank, ar.world_size, ar.device, ar.fully_connected) == (RANK, SIZE, DEV, True)
+           and ar._ptr != 0, f"vLLM's attributes: {ar.rank} {ar.world_size} {ar.device} "
+           f"{ar.fully_connected} {ar._ptr}")
     x = torch.ones(1024, device=DEV)  # 4 KiB
-    expect(ar.should_custom_ar(x), "should_custom_ar: 4 KiB f32")
+    # vLLM's rules: below max_size (strictly), a multiple of 16 bytes
+    expect(ar.should_custom_ar(torch.ones(1020, device=DEV)), "should_custom_ar: 4080 B f32")
+    expect(not ar.should_custom_ar(x), "should_custom_ar: = max_size")
+    expect(not ar.should_custom_ar(torch.ones(6, device=DEV)), "should_custom_ar: 24 B")
     expect(not ar.should_custom_ar(torch.ones(1025, device=DEV)), "should_custom_ar: > max_size")
     expect(not ar.should_custom_ar(torch.ones(8, dtype=torch.int32, device=DEV)),
            "should_custom_ar: int32")
@@ -307,13 +313,18 @@ def case_custom_allreduce():
         out = torch.empty_like(v)
         ar.all_reduce(v, out=out)
         expect(torch.equal(out.cpu(), want), f"CustomAllreduce {dt} out=")
+    expect(ar.register_graph_buffers() == 0, "register_graph_buffers: nothing captured")
+    ptrs = cchan.CustomAllreduce.create_shared_buffer(256, group=comm)
+    expect(len(ptrs) == SIZE and all(p != 0 for p in ptrs), f"create_shared_buffer {ptrs}")
+    cchan.CustomAllreduce.free_shared_buffer(ptrs, rank=RANK)
     raises(ValueError, "max_size", ar.all_reduce, torch.ones(2048, device=DEV))
     expect(ar.custom_all_reduce(torch.ones(2048, device=DEV)) is None,
            "custom_all_reduce: None above max_size (the caller falls back)")
     z = ar.custom_all_reduce(torch.ones(16, device=DEV))
     expect(z is not None and bool((z == SIZE).all()), "custom_all_reduce")
     ar.close()
-    expect(ar.disabled, "closed CustomAllreduce is disabled")
+    ar.close()  # idempotent, as vLLM's
+    expect(ar.disabled and ar._ptr == 0, "closed CustomAllreduce is disabled")
     raises(cchan.ClosedError, "closed", ar.all_reduce, x)
     expect(ar.custom_all_reduce(x) is None, "custom_all_reduce after close: None")
     # from the process group (its own communicator)
@@ -321,6 +332,47 @@ def case_custom_allreduce():
     y = ar2.all_reduce(torch.full((10,), 2.0, device=DEV))
     expect(bool((y == 2.0 * SIZE).all()), "CustomAllreduce(process group)")
     ar2.close()
+
+
+def case_group_device():
+    """A communicator from a process group (Buffer(group), CustomAllreduce(group)) runs on torch's
+    current CUDA device: for a subgroup the bootstrap's local rank is the rank in the subgroup, so
+    taking it modulo the GPUs would move the process onto another rank's GPU. Checked here with
+    torch.cuda faked (4 GPUs, current 3) and from_unique_id stubbed out: the device it is given,
+    and no set_device before it."""
+    ranks = list(range(SIZE // 2, SIZE))
+    g = dist.new_group(ranks)
+    if RANK not in ranks:
+        return
+    from cchan import comm as ccomm
+    seen, moved = [], []
+    saved = (torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device,
+             torch.cuda.set_device, ccomm.cuda_built, ccomm.Comm.from_unique_id)
+
+    class Stop(Exception):
+        pass
+
+    def stub(uid, rank, size, platform="auto", device=None, *a):
+        seen.append(device)
+        raise Stop()
+
+    try:
+        torch.cuda.is_available = lambda: True
+        torch.cuda.device_count = lambda: 4
+        torch.cuda.current_device = lambda: 3
+        torch.cuda.set_device = moved.append
+        ccomm.cuda_built = lambda: True
+        ccomm.Comm.from_unique_id = staticmethod(stub)
+        try:
+            ccomm.Comm.from_process_group(g)
+        except Stop:
+            pass
+    finally:
+        (torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device,
+         torch.cuda.set_device, ccomm.cuda_built) = saved[:5]
+        ccomm.Comm.from_unique_id = saved[5]
+    expect(seen == [3] and not moved, f"subgroup {ranks}: device {seen}, set_device {moved} "
+           f"(expected the current device 3 and no set_device)")
 
 
 # ------------------------------------------------------------------ MoE references
@@ -956,7 +1008,8 @@ def case_select():
 
 
 CASES = [case_comm, case_deadline, case_check_args, case_memory, case_all_reduce, case_all_gather,
-         case_reduce_scatter, case_coll_bad_input, case_custom_allreduce, case_moe_ll, case_moe_ht,
+         case_reduce_scatter, case_coll_bad_input, case_custom_allreduce, case_group_device,
+         case_moe_ll, case_moe_ht,
          case_plan, case_select, case_graph]
 
 only = [c for c in args.only.split(",") if c]
