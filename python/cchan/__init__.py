@@ -38,6 +38,7 @@ _LAZY = {
     "library_paths": ("_lib", "library_paths"),
     "moe": ("moe", None),
     "coll": ("coll", None),
+    "distributed": ("distributed", None),
     "memory": ("memory", None),
     "plan": ("plan", None),
     "dsl": ("dsl", None),

@@ -374,6 +374,8 @@ def _coll_prototypes(lib):
                                       POINTER(CollChoice)]),
         "cchan_coll_last_choice": (c_int, [P, POINTER(CollChoice)]),
         "cchan_coll_last_error": (c_char_p, []),
+        "cchan_coll_alltoall": (c_int, [P, P, P, c_size_t, c_int, P]),
+        "cchan_coll_broadcast": (c_int, [P, P, P, c_size_t, c_int, c_int, P]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
