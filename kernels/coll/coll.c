@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan/env.h"
 #include "coll_internal.h"
 
 /* Defaults. GPU: LL kernels always run COLL_LL_BLOCKS_GPU blocks (their per-block epochs must see
@@ -191,12 +192,14 @@ static int coll_setup_sems(cchan_coll_t *c, const char *where) {
 /* CCHAN_COLL_TUNING and CCHAN_COLL_PLANS: the table first, so that the plans it names are set up
  * with the others. Collective; a file one rank cannot read fails every rank, naming it. */
 static int coll_load_env(cchan_coll_t *c) {
-    const char *tune = getenv("CCHAN_COLL_TUNING"), *plans = getenv("CCHAN_COLL_PLANS");
+    const char *tune = NULL, *plans = NULL;
     int st;
-    if (tune && *tune &&
-        (st = colli_tuning_load(c, tune, "cchan_coll_create: CCHAN_COLL_TUNING")) < 0)
+    if (cchan_env_get_str("CCHAN_COLL_TUNING", &tune) ||
+        cchan_env_get_str("CCHAN_COLL_PLANS", &plans))
+        return colli_wrap(-EINVAL, "cchan_coll_create", "environment");
+    if (tune && (st = colli_tuning_load(c, tune, "cchan_coll_create: CCHAN_COLL_TUNING")) < 0)
         return st;
-    if (!plans || !*plans) return 0;
+    if (!plans) return 0;
     static const char *where = "cchan_coll_create: CCHAN_COLL_PLANS";
     int bad = colli_plans_load(c, plans, where);
     st = cchan_comm_agree(c->comm, bad, where, bad ? cchan_last_error() : NULL);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan/env.h"
 #include "cchan/last_error.h"
 #include "coll_internal.h"
 
@@ -121,15 +122,12 @@ int cchan_coll_get_param(const cchan_coll_t *c, const char *name, int64_t *out) 
 int colli_params_init(int64_t param[COLL_PARAM_COUNT], const char *where) {
     for (int i = 0; i < COLL_PARAM_COUNT; i++) {
         const struct coll_param_def *d = &coll_param_defs[i];
-        const char *env = getenv(d->env);
-        param[i] = d->def;
-        if (!env || !*env) continue;
-        char *end;
-        errno = 0;
-        long long v = strtoll(env, &end, 0);
-        if (errno || *end || v < d->min || v > d->max)
-            return colli_error(-EINVAL, where, "%s=%s: want an integer in [%lld, %lld]", d->env,
-                               env, (long long)d->min, (long long)d->max);
+        int64_t v;
+        if (cchan_env_get_int(d->env, &v)) return colli_wrap(-EINVAL, where, d->env);
+        /* the registry's default and range are this table's; a difference is a bug here */
+        if (v < d->min || v > d->max)
+            return colli_error(-EINVAL, where, "%s=%lld: want an integer in [%lld, %lld]", d->env,
+                               (long long)v, (long long)d->min, (long long)d->max);
         param[i] = v;
     }
     return 0;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cchan/env.h"
 #include "coll_internal.h"
 
 #ifdef COLL_HAVE_EXEC
@@ -65,9 +66,6 @@ struct colli_plans {
 static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
-
-/* The largest input the executors of unbounded plans are set up for (their scratch). */
-#define COLL_PLAN_MAX_BYTES_DEFAULT (16ull << 20)
 
 static int plans_add(cchan_coll_t *c, const char *path, const char *where) {
     colli_plans_t *p = c->plans;
@@ -144,16 +142,12 @@ int colli_plans_load(cchan_coll_t *c, const char *path, const char *where) {
 int colli_plans_setup(cchan_coll_t *c, const char *where) {
     colli_plans_t *p = c->plans;
     if (!p) return 0;
-    uint64_t max_in = COLL_PLAN_MAX_BYTES_DEFAULT;
-    const char *cv = getenv("CCHAN_COLL_PLAN_MAX_BYTES");
-    if (cv && *cv) {
-        char *end = NULL;
-        unsigned long long x = strtoull(cv, &end, 0);
-        if (*end || cv[0] == '-' || x == 0)
-            return colli_error(-EINVAL, where,
-                               "CCHAN_COLL_PLAN_MAX_BYTES=%s: want a positive byte count", cv);
-        max_in = x;
-    }
+    /* the largest input the executors of unbounded plans are set up for (their scratch); the
+     * default, 16 MiB, is the registry's */
+    int64_t env_max;
+    if (cchan_env_get_int("CCHAN_COLL_PLAN_MAX_BYTES", &env_max))
+        return colli_wrap(-EINVAL, where, "CCHAN_COLL_PLAN_MAX_BYTES");
+    uint64_t max_in = (uint64_t)env_max;
     for (int i = 0; i < p->n; i++) {
         colli_plan_t *e = &p->v[i];
         colli_plan_view_t v;

@@ -17,6 +17,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "cchan/env.h"
 #include "coll_internal.h"
 
 #define COLL_NOPS 5 /* cchan_coll_op_t */
@@ -288,7 +289,8 @@ static int plan_runs(const cchan_coll_t *c, int i, cchan_coll_op_t op, cchan_col
 static int g_log_info = -1;
 static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
 static void log_init(void) {
-    const char *l = getenv("CCHAN_DEBUG");
+    const char *l = NULL;
+    (void)cchan_env_get_str("CCHAN_DEBUG", &l); /* any text is accepted: never fails */
     g_log_info = l && (!strcasecmp(l, "INFO") || !strcasecmp(l, "TRACE"));
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan/env.h"
 #include "exec_internal.h"
 
 #define EXEC_ANCHOR_BYTES 4096
@@ -297,28 +298,27 @@ int cchan_exec_create(cchan_comm_t *comm, const cchan_exec_plan_t *plan, cchan_e
     return cchan_exec_create_ex(comm, plan, NULL, out);
 }
 
-/* Instances: the config's count, else CCHAN_EXEC_INSTANCES, else 0 (chosen per call). */
-static int create_instances(const cchan_exec_config_t *cfg, const char *where, uint32_t *out) {
+/* Instances: the config's count, else CCHAN_EXEC_INSTANCES, else 0 (chosen per call). Both
+ * variables are read here, once per executor (include/cchan/env.h). */
+static int create_env(const cchan_exec_config_t *cfg, const char *where, uint32_t *out, int *pdl) {
     uint32_t ninst = cfg ? cfg->instances : 0;
     if (ninst == 0) {
-        const char *v = getenv("CCHAN_EXEC_INSTANCES");
-        char *end = NULL;
-        long long x = v && *v ? strtoll(v, &end, 10) : 0;
-        if (v && *v && (*end || x < 1 || x > EXEC_MAX_INSTANCES))
-            return execi_error(-EINVAL, where,
-                               "CCHAN_EXEC_INSTANCES=%s: want an integer in [1, %d]", v,
-                               EXEC_MAX_INSTANCES);
+        int64_t x;
+        if (cchan_env_get_int("CCHAN_EXEC_INSTANCES", &x))
+            return execi_error(-EINVAL, where, "%s", cchan_last_error());
         ninst = (uint32_t)x;
     }
     if (ninst > EXEC_MAX_INSTANCES)
         return execi_error(-EINVAL, where, "instances %u: at most %d", ninst, EXEC_MAX_INSTANCES);
+    if (cchan_env_get_bool("CCHAN_EXEC_PDL", pdl))
+        return execi_error(-EINVAL, where, "%s", cchan_last_error());
     *out = ninst;
     return 0;
 }
 
 static int create_validate(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
                            const cchan_exec_config_t *cfg, cchan_exec_t **out, const char *where,
-                           uint32_t *ninst) {
+                           uint32_t *ninst, int *pdl) {
     if (!comm || !plan || !out)
         return execi_error(-EINVAL, where, "comm, plan and out must not be NULL");
     /* a config of the first layout (no flags, no max_bytes) is still accepted */
@@ -328,7 +328,7 @@ static int create_validate(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
             -EINVAL, where,
             "config not initialized with CCHAN_EXEC_CONFIG_INIT (magic 0x%x, size %zu)", cfg->magic,
             cfg->size);
-    int st = create_instances(cfg, where, ninst);
+    int st = create_env(cfg, where, ninst, pdl);
     if (st) return st;
     int nranks = cchan_comm_size(comm);
     if (nranks != plan->nranks)
@@ -355,7 +355,8 @@ static int plan_uses_input(const cchan_exec_plan_t *plan, int rank) {
     return 0;
 }
 
-static cchan_exec_t *exec_alloc(cchan_comm_t *comm, const cchan_exec_plan_t *plan, uint32_t ninst) {
+static cchan_exec_t *exec_alloc(cchan_comm_t *comm, const cchan_exec_plan_t *plan, uint32_t ninst,
+                                int pdl) {
     cchan_exec_t *e = (cchan_exec_t *)calloc(1, sizeof *e);
     if (!e) return NULL;
     e->comm = comm;
@@ -371,8 +372,7 @@ static cchan_exec_t *exec_alloc(cchan_comm_t *comm, const cchan_exec_plan_t *pla
     e->grid = plan->nblocks * e->ninst;
     e->uses_input = plan_uses_input(plan, e->rank);
     e->nthreads = e->platform == CCHAN_PLATFORM_CUDA ? EXEC_THREADS_GPU : 1u;
-    const char *v = getenv("CCHAN_EXEC_PDL");
-    e->pdl = !(v && v[0] == '0');
+    e->pdl = pdl;
     return e;
 }
 
@@ -544,11 +544,12 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
     static const char *where = "cchan_exec_create";
     execi_clear_error();
     uint32_t ninst = 0;
+    int pdl = 1;
     int st = comm ? cchan_comm_check(comm, where) : 0;
     if (st) return st;
-    st = create_validate(comm, plan, cfg, out, where, &ninst);
+    st = create_validate(comm, plan, cfg, out, where, &ninst, &pdl);
     if (st) return st;
-    cchan_exec_t *e = exec_alloc(comm, plan, ninst);
+    cchan_exec_t *e = exec_alloc(comm, plan, ninst, pdl);
     if (!e) return execi_error(-ENOMEM, where, "no memory");
     e->no_grow =
         cfg && cfg->size >= sizeof(cchan_exec_config_t) && (cfg->flags & CCHAN_EXEC_NO_GROW);

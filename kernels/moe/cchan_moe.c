@@ -3,10 +3,12 @@
  * calling thread runs each "block" of a kernel in turn, phase by phase). */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cchan/env.h"
 #include "moe_internal.h"
 
 #define MOE_HOST_BLOCKS 3 /* host backend: blocks per operation, so cross-block paths run in CI */
@@ -309,8 +311,10 @@ static int moe_parse_variant(moe_variant_t *v) {
     v->ht_csenders = 8;
     v->ht_chunks = 48;
     v->ht_csub = 4;
-    const char *env = getenv("CCHAN_MOE_VARIANT");
-    if (!env || !*env) return 0;
+    const char *env = NULL;
+    if (cchan_env_get_str("CCHAN_MOE_VARIANT", &env))
+        return moe_error(-EINVAL, "cchan_moe_group_create", "%s", cchan_last_error());
+    if (!env) return 0;
     for (const char *p = env; *p;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -319,7 +323,15 @@ static int moe_parse_variant(moe_variant_t *v) {
         char key[64];
         snprintf(key, sizeof key, "%s", item);
         char *eq = strchr(key, '=');
-        int val = eq ? atoi(eq + 1) : 1;
+        /* strict: key=integer, the whole value a decimal integer ("12x", "", a bare key and an
+         * item cut by the copy are errors); 0 fails every key's range */
+        char *vend = NULL;
+        errno = 0;
+        long lv = eq ? strtol(eq + 1, &vend, 10) : 0;
+        int val = 0;
+        if (eq && !errno && vend != eq + 1 && !*vend && lv >= 1 && lv <= INT32_MAX &&
+            len < sizeof item)
+            val = (int)lv;
         if (eq) *eq = '\0';
         if (!strcmp(key, "ht_senders") && val >= 1)
             v->ht_senders = val;
@@ -331,9 +343,10 @@ static int moe_parse_variant(moe_variant_t *v) {
             v->ht_csub = val;
         else if (key[0])
             return moe_error(-EINVAL, "cchan_moe_group_create",
-                             "CCHAN_MOE_VARIANT: unknown key or bad value '%s' (keys: "
-                             "ht_senders, ht_csenders, ht_chunks, ht_csub)",
-                             item);
+                             "CCHAN_MOE_VARIANT: unknown key or bad value '%s' (want "
+                             "key=integer,...: ht_senders >= 1, ht_csenders >= 1, ht_chunks "
+                             "1..%d, ht_csub 1..64)",
+                             item, MOE_HT_MAX_CHUNKS);
         p += len;
         if (*p == ',') p++;
     }

@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "cchan/env.h"
 #include "shim.h"
 
 /* ------------------------------------------------------------------ comm handles */
@@ -76,20 +77,21 @@ static struct ncclComm *comm_new(int rank, int nranks, int device) {
     return c;
 }
 
-static int cchan_paths_wanted(char *why, size_t n) {
-    const char *off = getenv("CCHAN_NCCL_DISABLE");
-    if (off && *off && strcmp(off, "0")) {
-        snprintf(why, n, "CCHAN_NCCL_DISABLE=%s", off);
+/* 1: this rank wants the cchan paths, 0: not (why says so), -1: a variable is malformed (why holds
+ * the message). CCHAN_NCCL_HOST_PLATFORM=1 (tests): cchan communicators on the host platform, whose
+ * collectives take host memory and return when done. */
+static int cchan_paths_wanted(char *why, size_t n, int *host) {
+    int off = 0;
+    if (cchan_env_get_bool("CCHAN_NCCL_DISABLE", &off) ||
+        cchan_env_get_bool("CCHAN_NCCL_HOST_PLATFORM", host)) {
+        snprintf(why, n, "%s", cchan_last_error());
+        return -1;
+    }
+    if (off) {
+        snprintf(why, n, "CCHAN_NCCL_DISABLE is set");
         return 0;
     }
     return 1;
-}
-
-/* CCHAN_NCCL_HOST_PLATFORM=1 (tests): cchan communicators on the host platform, whose collectives
- * take host memory and return when done. */
-static int host_platform(void) {
-    const char *v = getenv("CCHAN_NCCL_HOST_PLATFORM");
-    return v && *v && strcmp(v, "0");
 }
 
 /* ------------------------------------------------------------------ cliques */
@@ -247,8 +249,9 @@ static ncclResult_t init_real(struct ncclComm *c, cchan_bootstrap_t *bs, ncclCon
  */
 static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
     char why[sizeof c->cchan_off] = "";
-    int want = cchan_paths_wanted(why, sizeof why);
-    if (want && cchan_bootstrap_local_size(bs) != c->nranks) {
+    int host = 0;
+    int want = cchan_paths_wanted(why, sizeof why, &host);
+    if (want > 0 && cchan_bootstrap_local_size(bs) != c->nranks) {
         /* cchan_coll covers the ranks of one host. */
         snprintf(why, sizeof why, "the communicator spans hosts (%d of %d ranks here)",
                  cchan_bootstrap_local_size(bs), c->nranks);
@@ -257,12 +260,24 @@ static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
     int *all = calloc((size_t)c->nranks, sizeof *all);
     if (!all) return shim_fail(ncclSystemError, "ncclCommInitRank: out of memory");
     int rc = cchan_bootstrap_allgather(bs, &want, all, sizeof want);
-    int everyone = 1;
-    for (int i = 0; !rc && i < c->nranks; i++) everyone &= all[i];
+    int everyone = 1, bad = -1;
+    for (int i = 0; !rc && i < c->nranks; i++) {
+        everyone &= all[i] > 0;
+        if (all[i] < 0 && bad < 0) bad = i;
+    }
     free(all);
     if (rc) {
         cchan_bootstrap_destroy(bs);
         return shim_fail_cchan(rc, "ncclCommInitRank: agreeing on the cchan paths");
+    }
+    /* A malformed variable fails every rank (agreed above, so none waits for it), naming it. */
+    if (bad >= 0) {
+        cchan_bootstrap_destroy(bs);
+        if (want < 0) return shim_fail(ncclInvalidArgument, "ncclCommInitRank: %s", why);
+        return shim_fail(ncclInvalidArgument,
+                         "ncclCommInitRank: rank %d has a malformed CCHAN_NCCL_DISABLE or "
+                         "CCHAN_NCCL_HOST_PLATFORM (its last error names it)",
+                         bad);
     }
     if (!everyone) {
         if (want) snprintf(why, sizeof why, "another rank has them off");
@@ -272,14 +287,14 @@ static ncclResult_t init_cchan(struct ncclComm *c, cchan_bootstrap_t *bs) {
     }
     cchan_comm_config_t cfg = CCHAN_COMM_CONFIG_INIT;
     cfg.device = c->device;
-    if (host_platform()) cfg.platform = CCHAN_PLATFORM_HOST;
+    if (host) cfg.platform = CCHAN_PLATFORM_HOST;
     rc = cchan_comm_create(bs, &cfg, &c->cc);
     if (rc) {
         ncclResult_t res = shim_fail_cchan(rc, "ncclCommInitRank: cchan_comm_create");
         cchan_bootstrap_destroy(bs);
         return res;
     }
-    if (cchan_comm_platform(c->cc) != CCHAN_PLATFORM_CUDA && !host_platform()) {
+    if (cchan_comm_platform(c->cc) != CCHAN_PLATFORM_CUDA && !host) {
         snprintf(c->cchan_off, sizeof c->cchan_off,
                  "the cchan communicator runs on the host platform");
         return ncclSuccess;

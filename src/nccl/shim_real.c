@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "cchan/env.h"
 #include "cchan/last_error.h"
 #include "shim.h"
 
@@ -21,8 +22,9 @@ static int log_level;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void log_init(void) {
-    const char *lvl = getenv("CCHAN_DEBUG");
-    if (!lvl || !*lvl || !strcasecmp(lvl, "NONE")) return;
+    const char *lvl = NULL;
+    (void)cchan_env_get_str("CCHAN_DEBUG", &lvl); /* any text is accepted: never fails */
+    if (!lvl || !strcasecmp(lvl, "NONE")) return;
     if (!strcasecmp(lvl, "WARN"))
         log_level = SHIM_LOG_WARN;
     else if (!strcasecmp(lvl, "INFO"))
@@ -258,8 +260,9 @@ static int try_dir(const char *dir, size_t len, const char *self) {
 static void real_load(void) {
     char self[PATH_MAX] = "";
     own_path(self);
-    const char *env = getenv("CCHAN_NCCL_FALLBACK");
-    if (env && *env) {
+    const char *env = NULL;
+    (void)cchan_env_get_str("CCHAN_NCCL_FALLBACK", &env); /* any path: never fails */
+    if (env) {
         if (!strcasecmp(env, "none") || !strcmp(env, "0")) {
             snprintf(real_why, sizeof real_why, "disabled by CCHAN_NCCL_FALLBACK=%s", env);
             return;
