@@ -19,6 +19,7 @@
 
 #include "bootstrap.h"
 #include "bootstrap_socket.h"
+#include "cchan/env.h"
 
 /* For a rank waiting on the root's answer: longer than the root's own deadline, so that when some
  * other rank is missing, the root's report naming it arrives before this rank's bare timeout. */
@@ -50,10 +51,36 @@ static int root_abort(cchan_bootstrap_t *bs, int status) {
 
 /* ---------------------------------------------------------------- init */
 
-static void hostname_of_this_process(char out[CCHANI_BOOT_HOSTNAME_BYTES]) {
+int cchani_host_name(int rank, int nranks, char out[CCHANI_BOOT_HOSTNAME_BYTES], int *overridden) {
     if (gethostname(out, CCHANI_BOOT_HOSTNAME_BYTES) != 0)
         snprintf(out, CCHANI_BOOT_HOSTNAME_BYTES, "?");
     out[CCHANI_BOOT_HOSTNAME_BYTES - 1] = '\0';
+    if (overridden) *overridden = 0;
+    int64_t split = 0, id = -1;
+    int rc = cchan_env_get_int("CCHAN_HOST_SPLIT", &split);
+    if (!rc) rc = cchan_env_get_int("CCHAN_HOST_ID", &id);
+    if (rc) return rc;
+    if (split > 0 && id >= 0)
+        return cchani_error(-EINVAL, "environment",
+                            "CCHAN_HOST_SPLIT=%lld and CCHAN_HOST_ID=%lld are both set; set one "
+                            "topology override",
+                            (long long)split, (long long)id);
+    if (split > 0) {
+        if (nranks % split != 0)
+            return cchani_error(-EINVAL, "environment",
+                                "CCHAN_HOST_SPLIT=%lld does not divide the %d ranks (the ranks "
+                                "form that many consecutive groups of equal size)",
+                                (long long)split, nranks);
+        id = rank / (nranks / split);
+    }
+    if (id < 0) return 0;
+    /* '#' is never part of a host name, so the result cannot be mistaken for a real host. */
+    char suffix[24];
+    int n = snprintf(suffix, sizeof suffix, "#%lld", (long long)id);
+    size_t keep = strnlen(out, CCHANI_BOOT_HOSTNAME_BYTES - 1 - (size_t)n);
+    memcpy(out + keep, suffix, (size_t)n + 1);
+    if (overridden) *overridden = 1;
+    return 0;
 }
 
 static int root_init_timeout(cchan_bootstrap_t *bs) {
@@ -228,8 +255,8 @@ static int create_tcp(const cchani_boot_id_t *id, int rank, int nranks, const ch
         1000000ull;
     bs->expect = (cchani_boot_expect_t){id->session, id->version, nranks, UINT64_MAX};
     rc = tcp_alloc(bs);
+    if (!rc) rc = cchani_host_name(rank, nranks, bs->peers[rank].rec.hostname, &bs->host_override);
     if (!rc) {
-        hostname_of_this_process(bs->peers[rank].rec.hostname);
         rc = rank == 0 ? root_init(bs, &id->root) : rank_init(bs, &id->root);
     }
     if (rc) {
@@ -321,7 +348,8 @@ int cchan_bootstrap_create_from_env(cchan_bootstrap_t **out) {
     cchan_bootstrap_t *bs = NULL;
     rc = create_tcp(&bid, env.rank, env.nranks, where, &bs);
     if (rc) return rc;
-    if (env.local_size > 0) {
+    /* Under the topology override the launcher's pair describes the machine, not the "hosts". */
+    if (env.local_size > 0 && !bs->host_override) {
         bs->local_rank = env.local_rank;
         bs->local_size = env.local_size;
     }
@@ -346,7 +374,12 @@ int cchan_bootstrap_create_custom(int rank, int nranks, cchan_allgather_fn fn, v
         return cchani_error(-ENOMEM, where, "no memory for %d hostnames", nranks);
     }
     char mine[CCHANI_BOOT_HOSTNAME_BYTES] = {0};
-    hostname_of_this_process(mine);
+    rc = cchani_host_name(rank, nranks, mine, NULL);
+    if (rc) {
+        free(names);
+        free(bs);
+        return cchani_error_wrap(rc, where, "rank %d of %d", rank, nranks);
+    }
     rc = fn(ctx, mine, names, CCHANI_BOOT_HOSTNAME_BYTES);
     if (rc == 0) derive_local(bs, names, CCHANI_BOOT_HOSTNAME_BYTES);
     free(names);

@@ -54,6 +54,15 @@ typedef struct cchani_boot_env {
  * or malformed variable otherwise. */
 CCHANI_HIDDEN int cchani_boot_env_parse(cchani_boot_env_t *out);
 
+/* This rank's host name as cchan sees it: gethostname(), or under the topology override
+ * CCHAN_HOST_SPLIT=N (ranks in N consecutive equal groups) or CCHAN_HOST_ID=k "<hostname>#k", so
+ * that ranks of one machine form several "hosts" for every decision that depends on sharing one
+ * (local rank and size, the comm's host hash: memory mapping, fd passing, transports). *overridden
+ * (may be NULL) says whether an override applies. -EINVAL naming the variable when it is malformed,
+ * both are set, or N does not divide nranks. */
+CCHANI_HIDDEN int cchani_host_name(int rank, int nranks, char out[CCHANI_BOOT_HOSTNAME_BYTES],
+                                   int *overridden);
+
 /* The wire version this process speaks: CCHANI_BOOT_WIRE_VERSION, unless the test-only
  * CCHAN_TEST_WIRE_VERSION overrides it (to provoke a version mismatch). */
 CCHANI_HIDDEN int cchani_boot_wire_version(uint16_t *out);
@@ -110,6 +119,7 @@ struct cchan_bootstrap {
     int nranks;
     int local_rank;
     int local_size;
+    int host_override;            /* CCHAN_HOST_SPLIT / CCHAN_HOST_ID apply (cchani_host_name) */
     cchan_allgather_fn custom_fn; /* set: the application's allgather, and nothing below is used */
     void *custom_ctx;
     uint64_t timeout_ns;

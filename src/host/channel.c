@@ -9,12 +9,15 @@ static const char *const mc_where = "cchan_memory_channel_init";
 /* A channel writes into the peer's memory as mapped here, and reads and receives in this rank's
  * own memory; mixing them up would make every put land in the wrong process. */
 static int check_remote(const cchan_comm_t *comm, const cchan_mem_t *remote, int peer) {
-    if (cchani_mem_comm(remote) == comm && cchan_mem_ptr(remote) == NULL)
+    if (cchani_mem_comm(remote) == comm && cchan_mem_ptr(remote) == NULL) {
+        int owner = cchan_mem_rank(remote);
         return cchani_error(CCHAN_ERR_UNSUPPORTED, mc_where,
-                            "rank %d's memory is on another host and not mapped here: memory "
-                            "channels need load/store access; use a port channel with the ib or "
-                            "tcp transport",
-                            cchan_mem_rank(remote));
+                            "rank %d's memory is on another host (%s; rank %d is on %s) and not "
+                            "mapped here: memory channels need load/store access; use a port "
+                            "channel with the ib or tcp transport",
+                            owner, comm->peers[owner].hostname, comm->rank,
+                            comm->peers[comm->rank].hostname);
+    }
     if (cchani_mem_comm(remote) != comm || cchan_mem_rank(remote) != peer ||
         (peer != comm->rank && cchani_mem_is_local(remote)))
         return cchani_error(-EINVAL, mc_where,

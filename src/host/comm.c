@@ -22,11 +22,12 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-/* Hostname plus boot id, so that two containers (or rebooted machines) that share a hostname do
- * not look like one host to fd passing and shared memory. */
-static uint64_t host_hash(char hostname[64]) {
-    if (gethostname(hostname, 63) != 0) snprintf(hostname, 64, "unknown");
-    hostname[63] = '\0';
+/* Host name plus boot id, so that two containers (or rebooted machines) that share a host name do
+ * not look like one host to fd passing and shared memory. The name is cchani_host_name's, so the
+ * topology override (CCHAN_HOST_SPLIT, CCHAN_HOST_ID) makes one machine several hosts here too. */
+static int host_hash(const cchan_comm_t *comm, char hostname[64], uint64_t *out) {
+    int r = cchani_host_name(comm->rank, comm->nranks, hostname, NULL);
+    if (r) return r;
     uint64_t h = fnv1a(0xcbf29ce484222325ull, hostname, strlen(hostname));
     char boot_id[64] = {0};
     int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -35,7 +36,8 @@ static uint64_t host_hash(char hostname[64]) {
         close(fd);
         if (n > 0) h = fnv1a(h, boot_id, (size_t)n);
     }
-    return h;
+    *out = h;
+    return 0;
 }
 
 uint64_t cchani_random_u64(void) {
@@ -149,8 +151,8 @@ static cchani_peer_info_t local_info(const cchan_comm_t *comm, int status) {
     me.device = comm->device;
     me.platform = (uint32_t)comm->platform;
     me.version = CCHAN_VERSION_CODE;
-    me.host_hash = host_hash(me.hostname);
-    me.status = status;
+    int r = host_hash(comm, me.hostname, &me.host_hash);
+    me.status = status ? status : r;
     me.session = cchani_random_u64();
     return me;
 }
