@@ -318,6 +318,13 @@ CCHAN_API int cchan_port_channel_create(cchan_proxy_t *proxy, cchan_transport_t 
                                         cchan_sem_set_t *sems, int peer, int sem_index,
                                         const cchan_mem_t *dst, const cchan_mem_t *src,
                                         cchan_port_channel_t *out);
+/* What moves `channel`'s puts, for logs and tests: "dma direct" (a copy engine, GPU to GPU or to
+ * host memory), "dma staged (same GPU)" (source and destination on this very GPU, as for ranks
+ * sharing it under MPS: each put goes through pinned host memory, docs/port_channel.md), "host",
+ * "tcp" or "ib". NULL when `channel` is not one of `proxy`'s. The CCHAN_DEBUG=INFO line of each
+ * new channel says the same. */
+CCHAN_API const char *cchan_port_channel_path(cchan_proxy_t *proxy,
+                                              const cchan_port_channel_t *channel);
 
 /* ------------------------------------------------------------------ switch channel
  *

@@ -152,6 +152,11 @@ static cchani_peer_info_t local_info(const cchan_comm_t *comm, int status) {
     me.platform = (uint32_t)comm->platform;
     me.version = CCHAN_VERSION_CODE;
     int r = host_hash(comm, me.hostname, &me.host_hash);
+    _Static_assert(sizeof me.gpu_uuid == CCHANI_GPU_UUID_BYTES, "peer table's UUID size");
+    if (!r && !status && comm->device >= 0) {
+        r = cchani_gpu_device_uuid(comm->device, me.gpu_uuid);
+        if (r) r = cchani_error_wrap(r, "cchan_comm_create", "UUID of GPU %d", comm->device);
+    }
     me.status = status ? status : r;
     me.session = cchani_random_u64();
     return me;
@@ -481,6 +486,15 @@ cchan_bootstrap_t *cchan_comm_bootstrap(cchan_comm_t *comm) {
 }
 
 uint32_t cchani_comm_next_id(cchan_comm_t *comm) { return cchani_comm_reserve_ids(comm, 1); }
+
+int cchani_comm_same_gpu(const cchan_comm_t *comm, int rank) {
+    if (comm->device < 0 || rank < 0 || rank >= comm->nranks) return 0;
+    if (rank == comm->rank) return 1;
+    const cchani_peer_info_t *me = &comm->peers[comm->rank], *p = &comm->peers[rank];
+    static const uint8_t none[CCHANI_GPU_UUID_BYTES];
+    if (p->device < 0 || memcmp(p->gpu_uuid, none, sizeof none) == 0) return 0;
+    return memcmp(me->gpu_uuid, p->gpu_uuid, sizeof me->gpu_uuid) == 0;
+}
 
 uint32_t cchani_comm_reserve_ids(cchan_comm_t *comm, uint32_t n) {
     return __atomic_fetch_add(&comm->next_object_id, n, __ATOMIC_RELAXED);

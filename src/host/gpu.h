@@ -22,6 +22,10 @@
 CCHANI_HIDDEN int cchani_gpu_device_count(int *out);
 CCHANI_HIDDEN int cchani_gpu_get_device(int *out);
 CCHANI_HIDDEN int cchani_gpu_set_device(int device);
+/* The device's UUID: what names one GPU across processes whose device ordinals differ
+ * (CUDA_VISIBLE_DEVICES) and across the ranks of a host that share it (MPS). */
+#define CCHANI_GPU_UUID_BYTES 16
+CCHANI_HIDDEN int cchani_gpu_device_uuid(int device, uint8_t out[CCHANI_GPU_UUID_BYTES]);
 
 /* Device memory of the current device, zero-filled. */
 CCHANI_HIDDEN int cchani_gpu_malloc(size_t bytes, void **out);

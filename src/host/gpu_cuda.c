@@ -122,6 +122,14 @@ int cchani_gpu_set_device(int device) {
     return 0;
 }
 
+int cchani_gpu_device_uuid(int device, uint8_t out[CCHANI_GPU_UUID_BYTES]) {
+    struct cudaDeviceProp prop;
+    CUDA_CALL(cudaGetDeviceProperties, &prop, device);
+    _Static_assert(sizeof prop.uuid.bytes == CCHANI_GPU_UUID_BYTES, "cudaUUID_t size");
+    memcpy(out, prop.uuid.bytes, CCHANI_GPU_UUID_BYTES);
+    return 0;
+}
+
 int cchani_gpu_can_access_peer(int device, int peer, int *out) {
     CUDA_CALL(cudaDeviceCanAccessPeer, out, device, peer);
     return 0;

@@ -15,6 +15,9 @@ int cchani_gpu_device_count(int *out) {
 }
 int cchani_gpu_get_device(int *out) { return no_gpu("cudaGetDevice"); }
 int cchani_gpu_set_device(int device) { return no_gpu("cudaSetDevice"); }
+int cchani_gpu_device_uuid(int device, uint8_t out[CCHANI_GPU_UUID_BYTES]) {
+    return no_gpu("cudaGetDeviceProperties");
+}
 int cchani_gpu_malloc(size_t bytes, void **out) { return no_gpu("cudaMalloc"); }
 int cchani_gpu_free(void *p) { return no_gpu("cudaFree"); }
 int cchani_gpu_host_alloc_mapped(size_t bytes, void **host, void **dev) {

@@ -18,6 +18,7 @@ typedef struct cchani_peer_info {
     int32_t status;    /* 0, or why this rank failed to set up (then every rank fails) */
     uint32_t reserved;
     uint64_t session;  /* rank 0's value names the communicator (fd-passing socket names) */
+    uint8_t gpu_uuid[16]; /* the GPU's UUID (cchani_gpu_device_uuid); zero on the host platform */
 } cchani_peer_info_t;
 
 struct cchan_comm {
@@ -64,6 +65,11 @@ CCHANI_HIDDEN int cchani_host_mapped_free(cchan_comm_t *comm, void *host);
 CCHANI_HIDDEN int cchani_memcpy(cchan_comm_t *comm, void *dst, const void *src, size_t bytes);
 /* Makes the comm's GPU current for the calling thread (no-op on the host platform). */
 CCHANI_HIDDEN int cchani_set_device(cchan_comm_t *comm);
+/* Whether `rank` runs on this rank's very GPU (itself, or a rank sharing the GPU under MPS):
+ * decided by the GPU UUIDs all-gathered at create, never by device ordinals, which differ between
+ * processes with different CUDA_VISIBLE_DEVICES and which the runtime reports as the importing
+ * GPU's for memory opened with cudaIpcOpenMemHandle. 0 on the host platform. */
+CCHANI_HIDDEN int cchani_comm_same_gpu(const cchan_comm_t *comm, int rank);
 /* Next id for wait diagnostics (channels, semaphores). */
 CCHANI_HIDDEN uint32_t cchani_comm_next_id(cchan_comm_t *comm);
 /* Collective: all-gathers `status` so that every rank learns whether every rank succeeded at `what`.

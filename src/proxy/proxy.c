@@ -681,6 +681,12 @@ static int port_channel_describe(cchan_proxy_t *p, cchan_sem_set_t *sems, int pe
     ch->dst = cchan_mem_ptr(dst);
     ch->dst_bytes = cchan_mem_size(dst);
     ch->timing = p->timing;
+    /* Ordinals compare only within one process: src's with this rank's GPU, dst's with its
+     * owner's; across the two ranks only the UUIDs do. */
+    ch->same_gpu = comm->device >= 0 && cchani_mem_device(src) == comm->device &&
+                   cchani_mem_device(dst) >= 0 &&
+                   cchani_mem_device(dst) == comm->peers[peer].device &&
+                   cchani_comm_same_gpu(comm, peer);
     if (is_net_transport(ch->ops)) {
         /* The peer's memory and counter are reached through the connection (open); the count to
          * continue from comes from the peer. */
@@ -709,6 +715,15 @@ static int port_channel_describe(cchan_proxy_t *p, cchan_sem_set_t *sems, int pe
     /* This channel is the counter's only writer: continue from what earlier writers left. */
     ch->outbound = __atomic_load_n(target, __ATOMIC_ACQUIRE);
     return 0;
+}
+
+/* What moves the channel's puts, as the INFO line and cchan_port_channel_path name it. */
+static const char *port_channel_path(const cchani_port_channel_t *ch) {
+#if defined(CCHAN_HAVE_CUDA)
+    if (ch->ops == &cchani_transport_dma)
+        return ch->same_gpu ? "dma staged (same GPU)" : "dma direct";
+#endif
+    return ch->ops->name;
 }
 
 static void port_channel_handle(const cchan_proxy_t *p, const cchani_port_channel_t *ch,
@@ -784,9 +799,20 @@ int cchan_port_channel_create(cchan_proxy_t *p, cchan_transport_t transport, cch
     pthread_mutex_unlock(&p->lock);
     port_channel_handle(p, ch, &sem, (uint32_t)direct_max, out);
     CCHANI_INFO(CCHANI_SUB_PROXY,
-                "proxy %p: channel %u to peer %d (%s transport, semaphore %d with "
+                "proxy %p: channel %u to peer %d (%s, semaphore %d with "
                 "diag id %u, src %llu B, dst %llu B)",
-                (void *)p, ch->id, peer, ch->ops->name, sem_index, sem.ctl.id,
+                (void *)p, ch->id, peer, port_channel_path(ch), sem_index, sem.ctl.id,
                 (unsigned long long)ch->src_bytes, (unsigned long long)ch->dst_bytes);
     return 0;
+}
+
+const char *cchan_port_channel_path(cchan_proxy_t *p, const cchan_port_channel_t *channel) {
+    if (p == NULL || channel == NULL) return NULL;
+    pthread_mutex_lock(&p->lock);
+    const cchani_port_channel_t *ch = channel->id < p->nchannels &&
+                                              channel->fifo.slots == p->fifo.slots
+                                          ? p->channels[channel->id]
+                                          : NULL;
+    pthread_mutex_unlock(&p->lock);
+    return ch ? port_channel_path(ch) : NULL;
 }

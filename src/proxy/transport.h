@@ -87,6 +87,7 @@ struct cchani_port_channel {
     int sem_index;
     uint64_t *flush_done;    /* host view of the counter the device's flush waits on */
     int timing;              /* gather cchani_port_counters_t.stage */
+    int same_gpu; /* src and dst are device memory of this very GPU (cchani_comm_same_gpu) */
 
     /* Proxy thread only. */
     uint64_t outbound; /* signals issued: the value the peer's counter reaches with the last one */

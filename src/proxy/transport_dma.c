@@ -17,7 +17,8 @@
  * the SMs, not by a copy engine: it cannot start while the kernel that waits for the put's flush
  * or signal fills every SM, and both wait forever (docs/port_channel.md). Such channels copy
  * through a pinned host staging buffer instead, device to host and host to device, which the copy
- * engines do whatever the SMs are running. The newest completion starts "open": nothing is recorded, and it is done
+ * engines do whatever the SMs are running. "One GPU" is decided by the ranks' GPU UUIDs
+ * (ch->same_gpu), never by what the runtime says of an imported pointer. The newest completion starts "open": nothing is recorded, and it is done
  * when the stream is idle (cudaStreamQuery). Only when a later copy is issued does it get an event
  * (cudaEventRecord before that copy), so put_signal costs one host API call, not two; older
  * completions are polled with cudaEventQuery (events of one stream complete in order). A
@@ -273,20 +274,14 @@ static void dma_release(dma_channel_t *dc) {
     free(dc);
 }
 
-/* The GPU holding `p`, or -1 for memory that is not device memory. */
-static int dma_device_of(const void *p) {
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    return a.type == cudaMemoryTypeDevice ? a.device : -1;
-}
-
-/* A pinned staging buffer when source and destination are device memory of one GPU. */
+/* A pinned staging buffer when source and destination are device memory of this very GPU
+ * (ch->same_gpu, decided from the ranks' GPU UUIDs: proxy.c). Asking the runtime instead
+ * (cudaPointerGetAttributes) is wrong for a peer's buffer opened with cudaIpcOpenMemHandle, which
+ * it reports as the importing GPU's: every cross-GPU channel would be staged, and staged copies
+ * share the copy queues with the application's own device-to-host copies, which can sit behind
+ * the very kernel that waits for this channel. */
 static int dma_open_staging(cchani_port_channel_t *ch, dma_channel_t *dc) {
-    int src_dev = dma_device_of(ch->src), dst_dev = dma_device_of(ch->dst);
-    if (src_dev < 0 || src_dev != dst_dev) return 0;
+    if (!ch->same_gpu) return 0;
     cudaError_t e = cudaHostAlloc((void **)&dc->staging, DMA_STAGING_BYTES, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         dc->staging = NULL;

@@ -32,6 +32,21 @@ typedef struct pc_env {
 
 static pc_env_t g_pc;
 
+/* Every rank's GPU UUID (pc_setup): which peers share this rank's GPU, so that each channel's path
+ * can be checked. A channel between two GPUs staged through host memory deadlocked on H200s
+ * (docs/port_channel.md), so a cross-GPU "dma staged" path fails the case. */
+static unsigned char g_uuid[GT_MAX_RANKS][16];
+
+static void pc_expect_path(gt_ctx_t *ctx, cchan_proxy_t *proxy, const cchan_port_channel_t *ch,
+                           int peer) {
+    const char *path = cchan_port_channel_path(proxy, ch);
+    const int same = memcmp(g_uuid[ctx->rank], g_uuid[peer], sizeof g_uuid[0]) == 0;
+    const char *want = same ? "dma staged (same GPU)" : "dma direct";
+    GT_EXPECT(ctx, path != NULL && strcmp(path, want) == 0,
+              "channel %u to peer %d (%s GPU): path '%s', want '%s'", ch->id, peer,
+              same ? "the same" : "another", path ? path : "(null)", want);
+}
+
 static cchan_sem_set_t *pc_sems(gt_ctx_t *ctx, int count) {
     cchan_sem_set_t *set = NULL;
     GT_CCHAN(cchan_sem_set_create(ctx->comm, count, CCHAN_SEM_HOST_MAPPED, &set));
@@ -48,6 +63,7 @@ static cchan_port_channel_t pc_channel(gt_ctx_t *ctx, cchan_proxy_t *proxy, ccha
     cchan_port_channel_t ch;
     GT_CCHAN(cchan_port_channel_create(proxy, CCHAN_TRANSPORT_DMA, set, gt_peer(ctx), idx,
                                        g_pc.peerD[gt_peer(ctx)], g_pc.L, &ch));
+    pc_expect_path(ctx, proxy, &ch, gt_peer(ctx));
     return ch;
 }
 
@@ -836,10 +852,13 @@ typedef struct rl_lane {
     cchan_port_channel_t to_scratch, to_self, from_scratch, from_self;
 } rl_lane_t;
 
-/* The registrations live until teardown: the proxy's channels keep using their mappings. */
+/* The registrations live until teardown: the proxy's channels keep using their mappings. They are
+ * made by the case's first run and reused by every later one (--repeat), which would otherwise
+ * add 32 channels a run to a proxy that serves at most 4096. */
 typedef struct rl_reg {
     void *buf;
     cchan_mem_t *mem, *peers[GT_MAX_RANKS];
+    rl_lane_t *lanes; /* device copy of the lanes' channels */
 } rl_reg_t;
 static rl_reg_t g_rl[2];
 static int g_rl_n;
@@ -862,6 +881,10 @@ __global__ void k_pc_ring_lanes(const rl_lane_t *A, const rl_lane_t *B, uint64_t
 /* A registration of RL_LANES slots from cudaMalloc: lanes to next and from prev. */
 static rl_lane_t *rl_register(gt_ctx_t *ctx) {
     const int next = gt_next(ctx), prev = gt_prev(ctx);
+    if (g_rl_n == (int)(sizeof g_rl / sizeof g_rl[0])) {
+        gt_log(ctx, "FATAL: ring_lanes: more registrations than the test keeps");
+        gt_die();
+    }
     rl_reg_t *g = &g_rl[g_rl_n++];
     GT_CUDA(cudaMalloc(&g->buf, RL_LANES * RL_SLOT));
     GT_CUDA(cudaMemset(g->buf, 0x5A, RL_LANES * RL_SLOT));
@@ -884,15 +907,24 @@ static rl_lane_t *rl_register(gt_ctx_t *ctx) {
                                                RL_LANES + b, g->peers[prev], g->mem,
                                                &h[b].from_self));
         }
+        pc_expect_path(ctx, g_pc.proxy, &h[b].to_scratch, next);
+        pc_expect_path(ctx, g_pc.proxy, &h[b].to_self, next);
+        pc_expect_path(ctx, g_pc.proxy, &h[b].from_scratch, prev);
+        pc_expect_path(ctx, g_pc.proxy, &h[b].from_self, prev);
     }
     GT_CUDA(cudaMalloc((void **)&d, sizeof h));
     GT_CUDA(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    g->lanes = d;
     return d;
 }
 
 static void case_ring_lanes(gt_ctx_t *ctx) {
     static const uint64_t sizes[] = {128, 512, 4096, 256 * GT_KiB, RL_SLOT};
-    rl_lane_t *A = rl_register(ctx), *B = rl_register(ctx);
+    if (g_rl_n == 0) {
+        rl_register(ctx);
+        rl_register(ctx);
+    }
+    rl_lane_t *A = g_rl[0].lanes, *B = g_rl[1].lanes;
     unsigned long long *status;
     GT_CUDA(cudaMalloc((void **)&status, sizeof *status));
     GT_CUDA(cudaMemset(status, 0, sizeof *status));
@@ -910,8 +942,6 @@ static void case_ring_lanes(gt_ctx_t *ctx) {
     if (ctx->rank == 0)
         gt_log(ctx, "ring_lanes: %d calls (ring of %d ranks) in %.1f ms", RL_CALLS, ctx->nranks,
                ms);
-    GT_CUDA(cudaFree(A));
-    GT_CUDA(cudaFree(B));
     GT_CUDA(cudaFree(status));
 }
 
@@ -1203,6 +1233,10 @@ static void pc_setup(gt_ctx_t *ctx) {
     cchan_proxy_config_t cfg = CCHAN_PROXY_CONFIG_INIT;
     GT_CCHAN(cchan_proxy_create(ctx->comm, &cfg, &g_pc.proxy));
     GT_CCHAN(cchan_proxy_start(g_pc.proxy));
+    cudaDeviceProp prop;
+    GT_CUDA(cudaGetDeviceProperties(&prop, ctx->device));
+    GT_CCHAN(cchan_bootstrap_allgather(cchan_comm_bootstrap(ctx->comm), prop.uuid.bytes, g_uuid,
+                                       sizeof g_uuid[0]));
 }
 
 static void pc_teardown(gt_ctx_t *ctx) {
@@ -1226,6 +1260,7 @@ static void pc_teardown(gt_ctx_t *ctx) {
     for (int i = 0; i < g_rl_n; i++) {
         GT_CCHAN(cchan_mem_destroy(g_rl[i].mem));
         GT_CUDA(cudaFree(g_rl[i].buf));
+        GT_CUDA(cudaFree(g_rl[i].lanes));
     }
 }
 

@@ -74,6 +74,17 @@ int main(void) {
         pt_channel(&t, 1 - t.rank, c, &lanes[c].data);
         pt_channel(&t, 1 - t.rank, NCHANNELS + c, &lanes[c].ack);
     }
+    /* What moves each channel's puts, and no answer for a handle the proxy does not own. */
+    const char *path = cchan_port_channel_path(t.proxy, &lanes[0].data);
+    PT_CHECK(path && strcmp(path, "host") == 0, "channel path '%s', want 'host'",
+             path ? path : "(null)");
+    cchan_port_channel_t stranger = lanes[0].data;
+    stranger.id = 4000;
+    PT_CHECK(cchan_port_channel_path(t.proxy, &stranger) == NULL, "a path for an unknown id");
+    stranger = lanes[0].data;
+    stranger.fifo.slots = NULL;
+    PT_CHECK(cchan_port_channel_path(t.proxy, &stranger) == NULL, "a path for another FIFO");
+    PT_CHECK(cchan_port_channel_path(NULL, &lanes[0].data) == NULL, "a path without a proxy");
     pt_barrier(&t);
     double t0 = pt_now_s();
     pt_run(NCHANNELS, lane_main, lanes, sizeof lanes[0]);

@@ -34,7 +34,6 @@ typedef struct fixture {
 static int setup_with(void **state, int same_gpu) {
     fixture_t *f = calloc(1, sizeof *f);
     memset(&mock_cuda, 0, sizeof mock_cuda);
-    mock_cuda.device_memory = same_gpu;
     f->comm.platform = CCHAN_PLATFORM_HOST;
     f->comm.device = -1;
     f->ch.ops = &mock_transport_dma;
@@ -48,6 +47,7 @@ static int setup_with(void **state, int same_gpu) {
     f->ch.signal_target = &f->target;
     f->ch.flush_done = &f->flush_done;
     f->ch.timing = 1;
+    f->ch.same_gpu = same_gpu;
     for (size_t i = 0; i < sizeof f->src; i++) f->src[i] = (uint8_t)(i * 7 + i / SLOT + 1);
     assert_int_equal(f->ch.ops->open(&f->ch), 0);
     f->stream = mock_current_stream;
@@ -230,7 +230,7 @@ static void test_same_gpu_stages_through_host(void **state) {
     assert_memory_equal(f->dst + 3 * SLOT, f->src + 3 * SLOT, bytes);
 }
 
-/* Different memory (another GPU, or host memory): one direct copy, no staging. */
+/* Another GPU, or host memory (ch->same_gpu clear): one direct copy, no staging. */
 static void test_other_gpu_copies_direct(void **state) {
     fixture_t *f = *state;
     assert_int_equal(f->ch.ops->put(&f->ch, 0, 0, 10 * SLOT), 0);

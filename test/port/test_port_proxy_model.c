@@ -79,9 +79,8 @@ static void pm_open(cchan_proxy_t *p, pm_channel_t *c, uint32_t id, int same_gpu
     ch->dst_bytes = (uint64_t)PM_SLOTS * PM_SLOT;
     ch->signal_target = &c->target;
     ch->flush_done = &p->counters[PROXY_CACHE_WORDS + id];
-    mock_cuda.device_memory = same_gpu; /* read at open: same-GPU channels stage */
+    ch->same_gpu = same_gpu; /* read at open: same-GPU channels stage */
     assert_int_equal(ch->ops->open(ch), 0);
-    mock_cuda.device_memory = 0;
     __atomic_store_n(&p->channels[id], ch, __ATOMIC_RELEASE);
     p->nchannels = id + 1;
     c->ch = ch;

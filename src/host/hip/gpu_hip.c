@@ -38,6 +38,13 @@ int cchani_gpu_set_device(int device) {
     return 0;
 }
 
+int cchani_gpu_device_uuid(int device, uint8_t out[CCHANI_GPU_UUID_BYTES]) {
+    hipUUID u;
+    HIP_CALL(hipDeviceGetUuid, &u, device);
+    memcpy(out, u.bytes, CCHANI_GPU_UUID_BYTES);
+    return 0;
+}
+
 int cchani_gpu_can_access_peer(int device, int peer, int *out) {
     HIP_CALL(hipDeviceCanAccessPeer, out, device, peer);
     return 0;

@@ -26,11 +26,6 @@ typedef enum cudaMemcpyKind {
 } cudaMemcpyKind_t;
 #define cudaHostAllocDefault 0x00u
 
-enum cudaMemoryType { cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
-struct cudaPointerAttributes {
-    enum cudaMemoryType type;
-    int device;
-};
 #define cudaStreamNonBlocking 0x01u
 #define cudaEventDisableTiming 0x02u
 
@@ -57,7 +52,6 @@ static struct {
     unsigned copies, records, stream_queries, event_queries;
     int fail_next_copy; /* the next cudaMemcpyAsync fails with cudaErrorInvalidValue */
     int live_streams, live_events, live_host_allocs;
-    int device_memory;              /* cudaPointerGetAttributes: every pointer is on device 0 */
     unsigned copies_d2h, copies_h2d; /* by kind */
 } mock_cuda;
 
@@ -169,17 +163,10 @@ static cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 
-static cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
-    (void)p;
-    a->type = mock_cuda.device_memory ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
-    a->device = mock_cuda.device_memory ? 0 : -1;
-    return cudaSuccess;
-}
-
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 
 /* The proxy asks for the GPU's PCI address to pin its thread near it (no GPU here). */
-static cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
+static inline cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     (void)bus, (void)len, (void)device;
     return cudaErrorInvalidValue;
 }
