@@ -5,7 +5,8 @@
  * Each rank gets CCHAN_RANK, CCHAN_WORLD_SIZE, CCHAN_LOCAL_RANK, CCHAN_LOCAL_SIZE,
  * CCHAN_BOOTSTRAP_ROOT=127.0.0.1:<free port>, a fresh CCHAN_BOOTSTRAP_SESSION and, unless one is
  * set already, a random 128-bit CCHAN_BOOTSTRAP_SECRET (the ranks' key then owes nothing to
- * public facts: docs/security.md). Standard streams
+ * public facts: docs/security.md), and CUDA_MODULE_LOADING=EAGER unless set (lazy loading can
+ * deadlock a port channel: docs/port_channel.md). Standard streams
  * pass through untouched. Exit status: the first failing rank's (128 + signal for a rank killed by
  * a signal), 77 when every rank skipped, 124 when --timeout expired, else 0.
  *
@@ -169,6 +170,11 @@ static int shared_env(int nranks) {
     snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)rnd[1],
              (unsigned long long)rnd[2]);
     setenv("CCHAN_BOOTSTRAP_SECRET", buf, 0);
+    /* CUDA's lazy loading loads a kernel at its first launch, and that load stalls every copy of
+     * the process (cchan's proxies' too) until the kernels running then have ended: a first launch
+     * beside a kernel that waits for a port channel deadlocks (docs/port_channel.md). The user's
+     * own setting wins. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     set_env_int("CCHAN_WORLD_SIZE", nranks);
     set_env_int("CCHAN_LOCAL_SIZE", nranks);
     return 0;
