@@ -76,14 +76,34 @@ def _resolve_platform(platform):
     return "host" if platform == "cpu" else platform
 
 
-def _group_device(platform, device):
-    """The device a communicator made from a process group runs on where the caller named none:
-    torch's current CUDA device. The launcher's local rank counts the ranks of the host's job, and
-    the bootstrap's counts the group's, so for a subgroup (ranks {2, 3} of a host's four) the
-    local rank modulo the GPUs would name another rank's GPU and move this process onto it."""
-    if device is not None or _resolve_platform(platform) != "cuda":
-        return device
-    return torch.cuda.current_device()
+# The launchers' local-rank variables, in the bootstrap's order (src/host/bootstrap_env.c): this
+# process's rank among the job's processes on this host, whatever group a communicator spans.
+_LOCAL_RANK_VARS = ("CCHAN_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def _cuda_device(device, local_rank):
+    """The CUDA ordinal a communicator runs on, by one rule for every constructor, so that the
+    communicators of a process and the tensors its application makes share one GPU: the device
+    given; else torch's current device where the application chose one (torch.cuda.set_device:
+    the current device is not 0, where torch starts); else the launcher's local rank (local_rank
+    where no launcher names one) modulo the GPUs torch sees.
+
+    Not the current device alone: in a process that chose none it is 0 on every rank, so every
+    rank's communicator would run on GPU 0 while the launcher's local rank (Comm()) names another.
+    Not the bootstrap's local rank first: over a subgroup (ranks {2, 3} of a host's four) it
+    counts the group's ranks (0, 1), another process's GPU."""
+    ndev = torch.cuda.device_count()
+    if device is not None:
+        dev = device if isinstance(device, int) else torch.device(device).index
+        if dev is None or not 0 <= dev < ndev:
+            raise ValueError(f"device: expected a CUDA ordinal in [0, {ndev}), got {device!r}")
+        return dev
+    cur = torch.cuda.current_device()
+    if cur != 0:
+        return cur
+    lr = env_local_rank()
+    return max(local_rank if lr is None else lr, 0) % ndev
 
 
 class Comm:
@@ -95,8 +115,10 @@ class Comm:
 
     platform: 'auto' (CUDA where torch sees a GPU and the library was built with CUDA, else the
     host backend: CPU threads over shared memory), 'host' or 'cuda'. device: the GPU ordinal on
-    CUDA; None takes the local rank modulo the GPUs torch sees (and makes it torch's current
-    device); from_process_group takes torch's current device. timeout_ms: deadline of
+    CUDA (an int, 'cuda:N' or a torch.device); None takes torch's current device where the
+    application chose one (torch.cuda.set_device), else the launcher's local rank modulo the GPUs
+    torch sees, by the same rule in every constructor; either way it becomes torch's current
+    device, and `comm.device` is the GPU the C library runs on. timeout_ms: deadline of
     device-side waits in ms, 0 for none (None: CCHAN_TIMEOUT_MS
     where set, else DEFAULT_TIMEOUT_MS, ten minutes); `comm.timeout_ms` is the one in force.
     check_args (default: CCHAN_PY_CHECK_ARGS=1 in the environment): before each collective or MoE
@@ -131,14 +153,10 @@ class Comm:
             local_rank = lib.cchan_bootstrap_local_rank(bs)
             dev = -1
             if plat == "cuda":
-                ndev = torch.cuda.device_count()
-                if device is None:
-                    dev = max(local_rank, 0) % ndev
-                else:
-                    dev = torch.device(device).index if not isinstance(device, int) else device
-                    if dev is None or not 0 <= dev < ndev:
-                        raise ValueError(f"device: expected a CUDA ordinal in [0, {ndev}), got "
-                                         f"{device!r}")
+                # The C library is given the ordinal (never -1, its own choice from the
+                # bootstrap's local rank), so comm.device below is the GPU chosen here; made
+                # current so that tensors made on "cuda" and the current stream are on it.
+                dev = _cuda_device(device, local_rank)
                 torch.cuda.set_device(dev)
             elif device is not None and torch.device(device).type != "cpu":
                 raise ValueError(f"device: the host platform runs on the CPU, got {device!r}")
@@ -192,8 +210,9 @@ class Comm:
                            check_args=None):
         """Collective over a torch.distributed process group (None: the default group): rank 0 of
         the group makes the unique id and broadcasts it over the group (gloo: a CPU tensor, nccl:
-        a CUDA tensor). device None: torch's current CUDA device (never one guessed from the
-        rank, which for a subgroup is not this process's GPU)."""
+        a CUDA tensor). device None: as Comm's, where no launcher names a local rank the
+        global rank modulo the GPUs (torch.distributed's guess); never the rank in the group,
+        which for a subgroup names another process's GPU."""
         import torch.distributed as dist
 
         _check_timeout(timeout_ms)
@@ -202,11 +221,16 @@ class Comm:
                              "(call torch.distributed.init_process_group first)")
         g = group if group is not None else dist.group.WORLD
         rank, size = dist.get_rank(g), dist.get_world_size(g)
-        device = _group_device(platform, device)
+        plat = _resolve_platform(platform)
+        if plat == "cuda":
+            # Chosen before the broadcast (an nccl group's goes through this GPU). The bootstrap
+            # made from the id would count the group's ranks as local ranks: the global rank
+            # stands in where no launcher names one.
+            device = _cuda_device(device, dist.get_rank())
         backend = dist.get_backend(g)
         dev = torch.device("cpu")
         if backend == "nccl":
-            dev = torch.device("cuda", torch.cuda.current_device())
+            dev = torch.device("cuda", device if plat == "cuda" else torch.cuda.current_device())
         buf = torch.zeros(128, dtype=torch.uint8)
         if rank == 0:
             buf.copy_(torch.tensor(list(unique_id()), dtype=torch.uint8))
@@ -215,7 +239,7 @@ class Comm:
             dist.distributed_c10d._get_global_rank(g, 0)
         dist.broadcast(t, src=src, group=g)
         uid = bytes(t.cpu().tolist())
-        return cls.from_unique_id(uid, rank, size, platform, device, timeout_ms, check_args)
+        return cls.from_unique_id(uid, rank, size, plat, device, timeout_ms, check_args)
 
     # ---------------------------------------------------------------- state
 
@@ -346,6 +370,20 @@ class Comm:
     def choose(self, op, nbytes, dtype, inplace=False, root=0):
         """What an automatic op call of nbytes of dtype runs, and why (cchan_coll_choose)."""
         return self._collectives().choose(op, nbytes, dtype, inplace=inplace, root=root)
+
+
+def env_local_rank():
+    """The local rank the launcher's environment names (this process's rank among the job's on
+    this host), or None."""
+    for v in _LOCAL_RANK_VARS:
+        s = os.environ.get(v, "")
+        if s:
+            try:
+                return int(s)
+            except ValueError:
+                raise ValueError(f"{v}: expected the launcher's local rank (an int), got "
+                                 f"{s!r}") from None
+    return None
 
 
 def env_rank():

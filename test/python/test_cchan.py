@@ -110,9 +110,18 @@ def case_comm():
     expect(comm.rank == RANK and comm.size == SIZE, f"rank/size {comm.rank}/{comm.size}")
     expect(comm.local_size == SIZE and 0 <= comm.local_rank < SIZE, "local rank/size")
     expect(comm.device.type == args.device, f"device {comm.device}")
+    if DEV.type == "cuda":
+        # nothing here chose a GPU: the launcher's local rank's, made torch's current device
+        want = int(os.environ["CCHAN_LOCAL_RANK"]) % torch.cuda.device_count()
+        expect(DEV.index == want and torch.cuda.current_device() == want,
+               f"from_process_group: {DEV}, torch's current device "
+               f"{torch.cuda.current_device()}, expected the local rank's cuda:{want}")
     # from the launcher's environment (cchan-run's variables)
     with cchan.Comm(platform=PLATFORM) as c2:
         expect(c2.rank == RANK and c2.size == SIZE, "Comm() from env: rank/size")
+        # every constructor chooses the same GPU in a process (the tensors below are on DEV)
+        expect(c2.device == DEV, f"Comm() from env: device {c2.device}, from_process_group's "
+               f"{DEV}")
         y = c2.all_reduce(torch.ones(5, device=DEV))
         expect(bool((y == SIZE).all()), "Comm() from env: all_reduce")
     expect(c2.closed, "closed after the with block")
@@ -125,6 +134,7 @@ def case_comm():
     dist.broadcast(t, 0)
     c3 = cchan.Comm.from_unique_id(bytes(t.tolist()), RANK, SIZE, platform=PLATFORM)
     expect(c3.rank == RANK and c3.size == SIZE, "from_unique_id: rank/size")
+    expect(c3.device == DEV, f"from_unique_id: device {c3.device}, from_process_group's {DEV}")
     c3.barrier()
     c3.close()
     raises(ValueError, "uid", cchan.Comm.from_unique_id, b"short", 0, 2)
@@ -336,10 +346,11 @@ def case_custom_allreduce():
 
 def case_group_device():
     """A communicator from a process group (Buffer(group), CustomAllreduce(group)) runs on torch's
-    current CUDA device: for a subgroup the bootstrap's local rank is the rank in the subgroup, so
-    taking it modulo the GPUs would move the process onto another rank's GPU. Checked here with
-    torch.cuda faked (4 GPUs, current 3) and from_unique_id stubbed out: the device it is given,
-    and no set_device before it."""
+    current CUDA device where the application chose one, else on the launcher's local rank's GPU:
+    for a subgroup the bootstrap's local rank is the rank in the subgroup, so taking it modulo the
+    GPUs would move the process onto another rank's GPU. Checked here with torch.cuda faked (4
+    GPUs, current 3, then 0: none chosen) and from_unique_id stubbed out: the device it is given,
+    and no set_device before it. test_device.py checks the rule through every constructor."""
     ranks = list(range(SIZE // 2, SIZE))
     g = dist.new_group(ranks)
     if RANK not in ranks:
@@ -359,20 +370,23 @@ def case_group_device():
     try:
         torch.cuda.is_available = lambda: True
         torch.cuda.device_count = lambda: 4
-        torch.cuda.current_device = lambda: 3
         torch.cuda.set_device = moved.append
         ccomm.cuda_built = lambda: True
         ccomm.Comm.from_unique_id = staticmethod(stub)
-        try:
-            ccomm.Comm.from_process_group(g)
-        except Stop:
-            pass
+        for cur in (3, 0):
+            torch.cuda.current_device = lambda: cur
+            try:
+                ccomm.Comm.from_process_group(g)
+            except Stop:
+                pass
     finally:
         (torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device,
          torch.cuda.set_device, ccomm.cuda_built) = saved[:5]
         ccomm.Comm.from_unique_id = saved[5]
-    expect(seen == [3] and not moved, f"subgroup {ranks}: device {seen}, set_device {moved} "
-           f"(expected the current device 3 and no set_device)")
+    local = int(os.environ["CCHAN_LOCAL_RANK"]) % 4
+    expect(seen == [3, local] and not moved, f"subgroup {ranks}: device {seen}, set_device "
+           f"{moved} (expected the current device 3, then the local rank's {local}, and no "
+           f"set_device)")
 
 
 # ------------------------------------------------------------------ MoE references
