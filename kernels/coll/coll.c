@@ -213,6 +213,10 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     if (!comm) return colli_error(-EINVAL, where, "comm must not be NULL");
     /* A bad argument on one rank fails every rank now, naming it, not at a bootstrap timeout. */
     int bad = coll_check_create(comm, cfg, out, where);
+    /* before any kernel of this communicator can run (colli_cuda_preload says why), and before the
+     * agreement, so that a rank that cannot load its kernels fails every rank */
+    if (!bad && cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA)
+        bad = colli_cuda_preload(cchan_comm_device(comm));
     int st = cchan_comm_agree(comm, bad, where, bad ? cchan_last_error() : NULL);
     if (st) return bad ? bad : st; /* the peer's reason is in cchan_last_error() */
     cchan_coll_t *c = (cchan_coll_t *)calloc(1, sizeof *c);

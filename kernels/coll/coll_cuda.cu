@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "coll_internal.h"
@@ -64,9 +65,9 @@ __device__ static inline void coll_pdl_enter(void) {
         (void)coll_ce_rs_body(&a, DT, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);             \
     }
 
-COLL_DEFINE_KERNELS(COLL_F32, f32)
-COLL_DEFINE_KERNELS(COLL_F16, f16)
-COLL_DEFINE_KERNELS(COLL_BF16, bf16)
+/* The dtypes with kernels of their own: instantiates them, and coll_cuda_preload loads them. */
+#define COLL_DTYPES(X) X(COLL_F32, f32) X(COLL_F16, f16) X(COLL_BF16, bf16)
+COLL_DTYPES(COLL_DEFINE_KERNELS)
 #undef COLL_DEFINE_KERNELS
 
 /* AllGather moves bytes: one kernel for every dtype. */
@@ -94,25 +95,34 @@ __global__ void COLL_KERNEL_BOUNDS k_zc_allgather(const __grid_constant__ coll_a
 
 typedef void (*coll_kernel_fn)(const coll_args_t);
 
-static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt) {
-#define COLL_PICK(name) (dt == COLL_F32 ? name##_f32 : dt == COLL_F16 ? name##_f16 : name##_bf16)
+/* The one place that maps (body, dtype) to a kernel: the launcher and coll_cuda_preload both ask
+ * it, so a kernel it can return is a kernel that is loaded at create. *name: the kernel's, for
+ * messages. */
+static coll_kernel_fn coll_cuda_kernel(coll_kernel_t k, int dt, const char **name) {
+#define COLL_ONE(fn) (*name = #fn, fn)
+#define COLL_PICK(fn)                                                                              \
+    (dt == COLL_F32   ? (*name = #fn "_f32", fn##_f32)                                             \
+     : dt == COLL_F16 ? (*name = #fn "_f16", fn##_f16)                                             \
+                      : (*name = #fn "_bf16", fn##_bf16))
+    *name = "?";
     switch (k) {
     case COLL_K_LL_ALLREDUCE: return COLL_PICK(k_ll_allreduce);
-    case COLL_K_LL_ALLGATHER: return k_ll_allgather;
+    case COLL_K_LL_ALLGATHER: return COLL_ONE(k_ll_allgather);
     case COLL_K_LL_REDUCESCATTER: return COLL_PICK(k_ll_reducescatter);
     case COLL_K_HB_ALLREDUCE: return COLL_PICK(k_hb_allreduce);
-    case COLL_K_HB_ALLGATHER: return k_hb_allgather;
+    case COLL_K_HB_ALLGATHER: return COLL_ONE(k_hb_allgather);
     case COLL_K_HB_REDUCESCATTER: return COLL_PICK(k_hb_reducescatter);
     case COLL_K_ZC_ALLREDUCE: return COLL_PICK(k_zc_allreduce);
     case COLL_K_SWITCH_ALLREDUCE: return COLL_PICK(k_switch_allreduce);
-    case COLL_K_BARRIER: return k_barrier;
+    case COLL_K_BARRIER: return COLL_ONE(k_barrier);
     case COLL_K_CE_RS: return COLL_PICK(k_ce_rs);
-    case COLL_K_AG_PUSH: return k_ag_push;
-    case COLL_K_ZC_ALLGATHER: return k_zc_allgather;
+    case COLL_K_AG_PUSH: return COLL_ONE(k_ag_push);
+    case COLL_K_ZC_ALLGATHER: return COLL_ONE(k_zc_allgather);
     case COLL_K_ZC_REDUCESCATTER: return COLL_PICK(k_zc_reducescatter);
     default: return NULL;
     }
 #undef COLL_PICK
+#undef COLL_ONE
 }
 
 static int coll_cuda_fail(cudaError_t e, const char *where, const char *what) {
@@ -192,7 +202,8 @@ int colli_cuda_sm(int device) {
 
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
                       uint32_t nblocks, uint32_t nthreads, int pdl, void *stream) {
-    coll_kernel_fn fn = coll_cuda_kernel(k, dtype);
+    const char *name;
+    coll_kernel_fn fn = coll_cuda_kernel(k, dtype, &name);
     if (!fn) return colli_error(CCHAN_ERR_INTERNAL, "cchan_coll", "no kernel %d", (int)k);
     coll_device_scope_t s;
     cudaError_t e = coll_enter(device, &s);
@@ -213,7 +224,64 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
         e = cudaGetLastError();
     }
     coll_leave(device, &s);
-    return e == cudaSuccess ? 0 : coll_cuda_fail(e, "cchan_coll", "kernel launch");
+    if (e == cudaSuccess) return 0;
+    char what[96];
+    snprintf(what, sizeof what, "launch of %s", name);
+    return coll_cuda_fail(e, "cchan_coll", what);
+}
+
+/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
+ * first launch; a load while any kernel runs stalls every later copy on the device, on every
+ * stream and in every context, until that kernel ends. A kernel of ours waiting on a port channel
+ * waits for the proxy's copies, so a first launch beside it would deadlock (docs/port_channel.md,
+ * "Lazy module loading"). So create loads every kernel coll_cuda_kernel can return, before any of
+ * the communicator's kernels runs: cudaFuncGetAttributes loads the one function it is given.
+ * Loaded modules belong to a context, so this is done once per device (bit d of coll_loaded;
+ * devices past 63 load at each create, a few microseconds once loaded); two threads that race load
+ * twice, harmlessly. Cost, estimated: the module once (the fatbinary's sm_90 image, a few ms)
+ * plus tens of microseconds per kernel for the 29 here; without an image for the GPU the driver
+ * compiles the PTX instead, once, which is seconds, and its cache keeps it for later processes. */
+static unsigned long long coll_loaded;
+
+int colli_cuda_preload(int device) {
+    const unsigned long long bit = device >= 0 && device < 64 ? 1ull << device : 0;
+    if (bit && (__atomic_load_n(&coll_loaded, __ATOMIC_ACQUIRE) & bit)) return 0;
+    static const int dtypes[] = {
+#define COLL_DTYPE_VALUE(DT, suffix) DT,
+        COLL_DTYPES(COLL_DTYPE_VALUE)
+#undef COLL_DTYPE_VALUE
+    };
+    coll_device_scope_t s;
+    cudaError_t e = coll_enter(device, &s);
+    if (e != cudaSuccess) {
+        coll_leave(device, &s);
+        char what[64];
+        snprintf(what, sizeof what, "cudaSetDevice(%d) (loading the kernels)", device);
+        return coll_cuda_fail(e, "cchan_coll_create", what);
+    }
+    const char *name = "";
+    coll_kernel_fn prev = NULL;
+    for (int k = 0; k < COLL_K_COUNT && e == cudaSuccess; k++)
+        for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0] && e == cudaSuccess; d++) {
+            coll_kernel_fn fn = coll_cuda_kernel((coll_kernel_t)k, dtypes[d], &name);
+            if (!fn) {
+                coll_leave(device, &s);
+                return colli_error(CCHAN_ERR_INTERNAL, "cchan_coll_create", "no kernel %d", k);
+            }
+            if (fn == prev) continue; /* a kernel for every dtype */
+            prev = fn;
+            struct cudaFuncAttributes attr;
+            e = cudaFuncGetAttributes(&attr, fn);
+        }
+    coll_leave(device, &s);
+    if (e != cudaSuccess) {
+        char what[128];
+        snprintf(what, sizeof what, "cudaFuncGetAttributes(%s) on device %d (loading the kernels)",
+                 name, device);
+        return coll_cuda_fail(e, "cchan_coll_create", what);
+    }
+    if (bit) __atomic_fetch_or(&coll_loaded, bit, __ATOMIC_RELEASE);
+    return 0;
 }
 
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (cuMemGetAddressRange). cudaMalloc

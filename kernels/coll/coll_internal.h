@@ -39,6 +39,11 @@ int colli_cuda_copy_to_device(int device, void *dst, const void *src, size_t byt
 int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t *args,
                       uint32_t nblocks, uint32_t nthreads, int pdl, void *stream);
 
+/* Loads every kernel the launcher may pick into device's context, once per process and device
+ * (CUDA's lazy loading would load each at its first launch, which stalls the proxy's copies while
+ * another of our kernels waits on them: coll_cuda.cu). */
+int colli_cuda_preload(int device);
+
 /* 1 when the allocation holding ptr is a whole number of 2 MiB (so mapped with 2 MiB pages). */
 int colli_cuda_big_pages(int device, const void *ptr);
 /* Compute capability as major * 10 + minor (90: sm_90), 0 when unknown. */

@@ -23,6 +23,10 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
     (void)stream;
     return coll_no_cuda();
 }
+int colli_cuda_preload(int device) {
+    (void)device;
+    return 0; /* nothing to load */
+}
 int colli_cuda_big_pages(int device, const void *ptr) {
     (void)device, (void)ptr;
     return 0;

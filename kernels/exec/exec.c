@@ -548,6 +548,9 @@ int cchan_exec_create_ex(cchan_comm_t *comm, const cchan_exec_plan_t *plan,
     int st = comm ? cchan_comm_check(comm, where) : 0;
     if (st) return st;
     st = create_validate(comm, plan, cfg, out, where, &ninst, &pdl);
+    /* before any kernel of this executor can run (execi_cuda_preload says why) */
+    if (!st && cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA)
+        st = execi_cuda_preload(cchan_comm_device(comm));
     if (st) return st;
     cchan_exec_t *e = exec_alloc(comm, plan, ninst, pdl);
     if (!e) return execi_error(-ENOMEM, where, "no memory");

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "exec_internal.h"
@@ -110,6 +111,36 @@ static int exec_ctx_sms(int dev_sms) {
         aff.param.smCount.val > 0 && (int)aff.param.smCount.val < sms)
         sms = (int)aff.param.smCount.val;
     return sms;
+}
+
+/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
+ * first launch; a load while any kernel runs stalls every later copy on the device, on every
+ * stream and in every context, until that kernel ends. A cchan kernel waiting on a port channel
+ * (a plan's port ops) waits for the proxy's copies, so a first launch beside it would deadlock
+ * (docs/port_channel.md, "Lazy module loading"). So create loads the interpreter, the only kernel
+ * here, first: cudaFuncGetAttributes loads the one function it is given. Loaded modules belong to
+ * a context, so this is done once per device (bit d of exec_loaded; devices past 63 load at each
+ * create, microseconds once loaded); two threads that race load twice, harmlessly. Cost,
+ * estimated: a few ms for the module's sm_90 image and tens of microseconds for the kernel, or
+ * seconds once where the driver must compile the PTX. */
+static unsigned long long exec_loaded;
+
+int execi_cuda_preload(int device) {
+    const unsigned long long bit = device >= 0 && device < 64 ? 1ull << device : 0;
+    if (bit && (__atomic_load_n(&exec_loaded, __ATOMIC_ACQUIRE) & bit)) return 0;
+    int st = set_device(device);
+    if (st) return st;
+    struct cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, exec_kernel);
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "cudaFuncGetAttributes(exec_kernel) on device %d (loading it)",
+                 device);
+        return execi_error(CCHAN_ERR_CUDA, "cchan_exec_create", "%s: %s (%s)", what,
+                           cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (bit) __atomic_fetch_or(&exec_loaded, bit, __ATOMIC_RELEASE);
+    return 0;
 }
 
 static int exec_set_smem(uint32_t smem) {

@@ -68,6 +68,9 @@ int execi_cuda_alloc(int device, size_t bytes, void **out);
 int execi_cuda_free(int device, void *ptr);
 int execi_cuda_upload(int device, void *dst, const void *src, size_t bytes);
 int execi_cuda_sync(int device);
+/* Loads the interpreter kernel into device's context, once per process and device: a first launch
+ * under CUDA's lazy loading would stall the proxy's copies while a kernel waits on them. */
+int execi_cuda_preload(int device);
 /* Checks that nblocks blocks of nthreads threads with smem bytes of shared memory can be resident
  * at once (cooperative launch); 0 or an error naming the limit. */
 int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,

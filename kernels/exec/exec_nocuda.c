@@ -21,6 +21,10 @@ int execi_cuda_sync(int device) {
     (void)device;
     return exec_no_cuda();
 }
+int execi_cuda_preload(int device) {
+    (void)device;
+    return 0; /* nothing to load */
+}
 int execi_cuda_prepare(int device, uint32_t nblocks, uint32_t nthreads, uint32_t smem,
                        int cooperative) {
     (void)device, (void)nblocks, (void)nthreads, (void)smem, (void)cooperative;

@@ -103,6 +103,12 @@ int cchan_fused_rmsnorm_create(cchan_comm_t *comm, uint32_t max_tokens, uint32_t
     if (platform == CCHAN_PLATFORM_CUDA)
         return cchan_fused_error(CCHAN_ERR_UNSUPPORTED,
                                  "cchan_fused_rmsnorm_create: built without CUDA");
+#else
+    /* before any kernel of this object can run (cchan_fused_gpu_preload says why) */
+    if (platform == CCHAN_PLATFORM_CUDA) {
+        int loaded = cchan_fused_gpu_preload(cchan_comm_device(comm));
+        if (loaded < 0) return loaded;
+    }
 #endif
     cchan_fused_rmsnorm_t *f = (cchan_fused_rmsnorm_t *)calloc(1, sizeof *f);
     if (!f) return cchan_fused_error(-ENOMEM, "cchan_fused_rmsnorm_create: out of memory");

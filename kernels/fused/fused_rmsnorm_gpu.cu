@@ -40,6 +40,41 @@ __global__ void __launch_bounds__(CCHAN_FUSED_MAX_THREADS)
                                          threadIdx.x, blockDim.x, smem);
 }
 
+/* Every kernel this file launches. */
+#define FUSED_KERNELS(X) X(cchan_fused_rmsnorm_kernel) X(cchan_residual_rmsnorm_kernel)
+
+/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
+ * first launch; a load while any kernel runs stalls every later copy on the device, on every
+ * stream and in every context, until that kernel ends. A cchan kernel waiting on a port channel
+ * waits for the proxy's copies, so a first launch beside it would deadlock (docs/port_channel.md,
+ * "Lazy module loading"). So create loads both kernels first: cudaFuncGetAttributes loads the one
+ * function it is given. Loaded modules belong to a context, so this is done once per device (bit d
+ * of fused_loaded; devices past 63 load at each create, microseconds once loaded); two threads
+ * that race load twice, harmlessly. Cost, estimated: a few ms for the module's sm_90 image and
+ * tens of microseconds per kernel, or seconds once where the driver must compile the PTX. */
+static unsigned long long fused_loaded;
+
+extern "C" int cchan_fused_gpu_preload(int device) {
+    const unsigned long long bit = device >= 0 && device < 64 ? 1ull << device : 0;
+    if (bit && (__atomic_load_n(&fused_loaded, __ATOMIC_ACQUIRE) & bit)) return 0;
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        return cchan_fused_error(CCHAN_ERR_CUDA,
+                                 "cchan_fused_rmsnorm_create: cudaSetDevice(%d): %s", device,
+                                 cudaGetErrorString(e));
+    struct cudaFuncAttributes attr;
+#define FUSED_LOAD(k)                                                                              \
+    if ((e = cudaFuncGetAttributes(&attr, (const void *)k)) != cudaSuccess)                        \
+        return cchan_fused_error(CCHAN_ERR_CUDA,                                                   \
+                                 "cchan_fused_rmsnorm_create: cudaFuncGetAttributes(" #k           \
+                                 ") on device %d (loading the kernels): %s",                       \
+                                 device, cudaGetErrorString(e));
+    FUSED_KERNELS(FUSED_LOAD)
+#undef FUSED_LOAD
+    if (bit) __atomic_fetch_or(&fused_loaded, bit, __ATOMIC_RELEASE);
+    return 0;
+}
+
 extern "C" int cchan_fused_gpu_setup(const cchan_memory_channel_t *chans, size_t n, size_t partials,
                                      int device, cchan_memory_channel_t **dev_chans,
                                      uint32_t **dev_state, uint64_t **dev_partials) {

@@ -19,6 +19,10 @@ extern "C" {
 int cchan_fused_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #ifdef CCHAN_FUSED_HAVE_CUDA
+/* Loads the kernels into device's context (once per process and device; makes device current):
+ * a first launch under CUDA's lazy loading would stall the proxy's copies while a kernel waits on
+ * them (fused_rmsnorm_gpu.cu). */
+int cchan_fused_gpu_preload(int device);
 /* Copies chans[n] to device memory and allocates the zeroed launch state and partial sums. */
 int cchan_fused_gpu_setup(const cchan_memory_channel_t *chans, size_t n, size_t partials,
                           int device, cchan_memory_channel_t **dev_chans, uint32_t **dev_state,

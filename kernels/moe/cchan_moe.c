@@ -583,6 +583,13 @@ int cchan_moe_group_create(cchan_comm_t *comm, const cchan_moe_config_t *cfg,
     MOE_ARG(comm != NULL && cfg != NULL && out != NULL, w);
     MOE_ALIVE(comm, w);
     int st = moe_check_config(cfg, cchan_comm_size(comm));
+#ifdef CCHAN_HAVE_CUDA
+    /* before any of the group's kernels can run (moe_cuda_preload says why), and before the
+     * agreement, so that a rank that cannot load its kernels fails every rank */
+    if (!st && cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA &&
+        moe_cuda_preload(cchan_comm_device(comm)) != 0)
+        st = moe_error(CCHAN_ERR_CUDA, w, "%s", moe_cuda_error());
+#endif
     moe_shape_t mine;
     st = moe_agree(comm, cfg, st, &mine);
     if (st) return st;

@@ -117,6 +117,15 @@ __global__ void __launch_bounds__(MOE_HT_THREADS, 1) moe_k_ht_combine(moe_dev_t 
     moe_op_finish(&d, &op, &b, epoch);
 }
 
+/* Every kernel an operation may launch (moe_kernel_of): each gets the group's shared memory
+ * (moe_cuda_prepare) and is loaded at group creation (moe_cuda_preload). */
+#define MOE_OP_KERNELS(X)                                                                          \
+    X(moe_k_ll_dispatch)                                                                           \
+    X(moe_k_ll_combine)                                                                            \
+    X(moe_k_ht_meta)                                                                               \
+    X(moe_k_ht_dispatch)                                                                           \
+    X(moe_k_ht_combine)
+
 /* Zeroed before it returns: a cudaMemset on the legacy stream does not order against a caller's
  * non-blocking stream, so a later copy on that stream could land before the zeroes. */
 extern "C" int moe_cuda_malloc(size_t bytes, void **ptr) {
@@ -211,8 +220,9 @@ extern "C" void moe_cuda_host_free(void *host) {
 
 /* ------------------------------------------------------------------ launch */
 
-/* The kernels' shared-memory limit only grows, so a group never shrinks another's. */
-static size_t moe_smem_limit;
+/* The kernels' shared-memory limit only grows, so a group never shrinks another's. The attribute
+ * is the context's, so one limit per device (devices past 63 set it every time). */
+static size_t moe_smem_limit[64];
 
 static int moe_set_smem(const void *kernel, size_t smem_bytes) {
     MOE_CUDA(
@@ -230,13 +240,14 @@ extern "C" int moe_cuda_prepare(size_t smem_bytes, int ht, int *blocks_per_sm) {
                  smem_bytes, optin);
         return -1;
     }
-    if (smem_bytes > moe_smem_limit) {
-        const void *k[] = {(const void *)moe_k_ll_dispatch, (const void *)moe_k_ll_combine,
-                           (const void *)moe_k_ht_meta, (const void *)moe_k_ht_dispatch,
-                           (const void *)moe_k_ht_combine};
+    size_t *limit = dev >= 0 && dev < 64 ? &moe_smem_limit[dev] : NULL;
+    if (!limit || smem_bytes > *limit) {
+#define MOE_KERNEL_PTR(k) (const void *)k,
+        const void *k[] = {MOE_OP_KERNELS(MOE_KERNEL_PTR)};
+#undef MOE_KERNEL_PTR
         for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
             if (moe_set_smem(k[i], smem_bytes)) return -1;
-        moe_smem_limit = smem_bytes;
+        if (limit) *limit = smem_bytes;
     }
     /* the fewer of the mode's dispatch and combine kernels */
     int a = 0, b = 0;
@@ -252,6 +263,47 @@ extern "C" int moe_cuda_prepare(size_t smem_bytes, int ht, int *blocks_per_sm) {
 }
 
 __global__ void moe_k_probe(void) {}
+
+/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
+ * first launch; a load while any kernel runs stalls every later copy on the device, on every
+ * stream and in every context, until that kernel ends. A kernel of ours (or of another cchan
+ * library) waiting on a port channel waits for the proxy's copies, so a first launch beside it
+ * would deadlock (docs/port_channel.md, "Lazy module loading"). So group creation loads every
+ * kernel this file launches, before any of the group's kernels runs: cudaFuncGetAttributes loads
+ * the one function it is given. Loaded modules belong to a context, so this is done once per device
+ * (bit d of moe_loaded; devices past 63 load at each creation, microseconds once loaded); two
+ * threads that race load twice, harmlessly. Cost, estimated: the module once (its sm_90 image, a
+ * few ms) plus tens of microseconds for each of the 6 kernels; without an image for the GPU the
+ * driver compiles the PTX instead, once, in seconds, and caches it for later processes. */
+static unsigned long long moe_loaded;
+
+extern "C" int moe_cuda_preload(int device) {
+    const unsigned long long bit = device >= 0 && device < 64 ? 1ull << device : 0;
+    if (bit && (__atomic_load_n(&moe_loaded, __ATOMIC_ACQUIRE) & bit)) return 0;
+    int prev = 0;
+    MOE_CUDA(cudaGetDevice(&prev));
+    if (prev != device) MOE_CUDA(cudaSetDevice(device));
+    cudaError_t e = cudaSuccess;
+    const char *name = "";
+    struct cudaFuncAttributes attr;
+#define MOE_LOAD(k)                                                                                \
+    if (e == cudaSuccess) {                                                                        \
+        name = #k;                                                                                 \
+        e = cudaFuncGetAttributes(&attr, (const void *)k);                                         \
+    }
+    MOE_OP_KERNELS(MOE_LOAD)
+    MOE_LOAD(moe_k_probe) /* launched by moe_cuda_pdl_ok at creation */
+#undef MOE_LOAD
+    if (prev != device) (void)cudaSetDevice(prev); /* the caller's device stays the caller's */
+    if (e != cudaSuccess) {
+        char call[96];
+        snprintf(call, sizeof call, "cudaFuncGetAttributes(%s) on device %d (loading the kernels)",
+                 name, device);
+        return moe_cuda_fail(call, e);
+    }
+    if (bit) __atomic_fetch_or(&moe_loaded, bit, __ATOMIC_RELEASE);
+    return 0;
+}
 
 /* Whether this device takes a cooperative launch that is also a programmatic dependent: asked once
  * with an empty kernel on a stream of its own. */

@@ -42,6 +42,10 @@ typedef struct moe_cuda_res {
     unsigned char uuid[16];
 } moe_cuda_res_t;
 int moe_cuda_resources(int device, moe_cuda_res_t *out);
+/* Loads every kernel of moe_cuda.cu into device's context, once per process and device: CUDA's
+ * lazy loading would load each at its first launch, which stalls the proxy's copies while a kernel
+ * waits on them. The caller's current device is kept. */
+int moe_cuda_preload(int device);
 /* Sets the kernels' shared memory and reports the most blocks of `kind`'s kernel (ht: the HT
  * kernels) one SM holds at once. */
 int moe_cuda_prepare(size_t smem_bytes, int ht, int *blocks_per_sm);
