@@ -5,12 +5,15 @@
     gpu-check-figures.py moe   MOE.json ll|ht     cchan-moe-bench --json output
     gpu-check-figures.py shim  NCCL-TESTS.log     scripts/nccl-tests.sh output
     gpu-check-figures.py python BENCH_PY.log      python/bench/bench_py.py output
+    gpu-check-figures.py profile NCU.csv [LOG]    ncu --csv --page raw --log-file output
 
 Prints nothing (and exits 0) when the input is missing or holds no figures: the summary row then
 says only the stage's result.
 """
+import csv
 import json
 import re
+import statistics
 import sys
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -90,6 +93,102 @@ def python(path):
     return "; ".join(out)
 
 
+def _num(v):
+    """An ncu CSV value as a float (thousands separators dropped); None where there is none."""
+    try:
+        return float(v.replace(",", "").strip())
+    except (AttributeError, ValueError):
+        return None
+
+
+US_PER = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+          "second": 1e6, "s": 1e6}
+
+
+def profile(path, *more):
+    """Per kernel name: profiled launches, median duration, grid x block, registers, SM figures
+    (active cycles over elapsed; sm__throughput where it was asked for); then ncu's passes per
+    kernel. Empty when the CSV holds no kernel row."""
+    report, passes = [], []
+    for p in (path,) + more:
+        try:
+            text = open(p, errors="replace").read()
+        except OSError:
+            continue
+        rows = []
+        for line in text.splitlines():
+            line = re.sub(r"^\[r\d+\] ", "", line)  # a launcher's rank prefix, if any
+            if line.startswith('"'):
+                rows.append(line)
+            m = re.search(r"==PROF== Profiling .*?(\d+) pass(?:es)?\s*$", line)
+            if m:
+                passes.append(int(m.group(1)))
+        report = report or rows  # the first file with CSV lines holds the report
+    table = list(csv.reader(report))
+    if not table:
+        return ""
+    head = table[0]
+    col = {h: i for i, h in enumerate(head)}
+    units = {}
+    data = []
+    for r in table[1:]:
+        if len(r) != len(head) or r == head:
+            continue
+        if not r[0].strip().isdigit():  # the units line under the header
+            units = {h: r[i] for i, h in enumerate(head)}
+            continue
+        data.append(r)
+    names = ("Kernel Name", "Function Name", "Demangled Name", "Name")
+    name_col = next((c for c in names if c in col), None)
+    if name_col is None or not data:
+        return ""
+
+    def val(r, key):
+        return _num(r[col[key]]) if key in col else None
+
+    groups = {}
+    for r in data:
+        name = re.sub(r"\(.*$", "", r[col[name_col]]).strip() or "?"
+        groups.setdefault(name, []).append(r)
+    out = []
+    scale = US_PER.get(units.get("gpu__time_duration.sum", "nsecond").strip(), 1e-3)
+    for name, rs in groups.items():
+        parts = [f"{name} x{len(rs)}"]
+        durs = [d * scale for d in (val(r, "gpu__time_duration.sum") for r in rs) if d is not None]
+        if durs:
+            rng = f" of {min(durs):.3g}..{max(durs):.3g}" if len(durs) > 1 else ""
+            parts.append(f"{statistics.median(durs):.3g} us (median{rng})")
+        r0 = rs[0]
+        grid, block = val(r0, "launch__grid_size"), val(r0, "launch__block_size")
+        if grid is None and "Grid Size" in col:
+            grid = r0[col["Grid Size"]]
+        if block is None and "Block Size" in col:
+            block = r0[col["Block Size"]]
+        if grid is not None or block is not None:
+            g = f"{grid:.0f}" if isinstance(grid, float) else grid
+            b = f"{block:.0f}" if isinstance(block, float) else block
+            parts.append(f"grid {g} x block {b}")
+        regs = val(r0, "launch__registers_per_thread")
+        if regs is not None:
+            parts.append(f"{regs:.0f} regs")
+        smem = val(r0, "launch__shared_mem_per_block_dynamic")
+        if smem:
+            unit = units.get("launch__shared_mem_per_block_dynamic") or "byte"
+            parts.append(f"{smem:.0f} {unit} dyn smem")
+        act = [(val(r, "sm__cycles_active.avg"), val(r, "sm__cycles_elapsed.avg")) for r in rs]
+        act = [100.0 * a / e for a, e in act if a is not None and e]
+        if act:
+            parts.append(f"SM active {statistics.median(act):.1f}%")
+        thr = [t for t in (val(r, "sm__throughput.avg.pct_of_peak_sustained_elapsed") for r in rs)
+               if t is not None]
+        if thr:
+            parts.append(f"SM throughput {statistics.median(thr):.1f}%")
+        out.append(parts[0] + (": " + ", ".join(parts[1:]) if len(parts) > 1 else ""))
+    if passes:
+        out.append(f"ncu {max(passes)} pass{'es' if max(passes) > 1 else ''} per kernel")
+    return "; ".join(out)
+
+
 def main():
     kind, path = sys.argv[1], sys.argv[2]
     try:
@@ -101,6 +200,8 @@ def main():
             print(shim(path))
         elif kind == "python":
             print(python(path))
+        elif kind == "profile":
+            print(profile(path, *sys.argv[3:]))
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         pass
 
