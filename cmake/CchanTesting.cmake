@@ -8,7 +8,8 @@
 #   INTERNAL links the runtime statically (cchan_internal) instead of libcchan.so, so the test can
 #   call hidden cchani_* functions; src/host and src/proxy are on its include path.
 #   LABELS select tests: `ctest -L unit`, `ctest -LE compile` (the sanitizer runs skip "compile").
-#   Default TIMEOUT 120 s.
+#   Default TIMEOUT 120 s. TIMEOUT is for the plain build; it is multiplied by the timeout scale
+#   (below), for ctest and for cchan-run --timeout alike.
 #
 # cchan_cuda_test(<name> SOURCES <files.cu...> [RANKS <n>] [INTERNAL] [TIMEOUT <s>]
 #                 [LABELS <l...>] [ARGS <args...>] [LIBS <libs...>])
@@ -17,7 +18,42 @@
 #   "no GPU" when none is visible. Without CUDA it is not built and the test reports the skip (77).
 #   test/gpu is on its include path.
 #
+# cchan_test_timeout(<var> <s>)
+#   Sets <var> to <s> seconds times the timeout scale: the TIMEOUT (and cchan-run --timeout) of a
+#   test registered with add_test() instead of cchan_test().
+#
 # cchan_fuzz(...): see CchanFuzz.cmake.
+
+# A TIMEOUT ends a hung test, not a slow one: the sanitizers make every test slower (TSan most: every
+# memory access and every lock goes through its runtime; exec_one_thread took 113 s alone and 123 s
+# beside other work on a 2-core machine, against the 120 s it was given), and `make test` runs the
+# three tiers beside other work on as few as two cores. So each TIMEOUT is written for an unloaded
+# machine without sanitizers and multiplied here: 3 under ASan, 5 under TSan. Empty: by
+# CCHAN_SANITIZE; set a number to stretch the timeouts further on a slow machine. (cchan_fuzz's
+# timeouts are not scaled: a fuzz run stops itself after its SECONDS.)
+set(CCHAN_TEST_TIMEOUT_SCALE "" CACHE STRING
+    "Multiplier of every test's TIMEOUT (empty: 1, or 3 under ASan, 5 under TSan)")
+if(NOT CCHAN_TEST_TIMEOUT_SCALE STREQUAL "" AND NOT CCHAN_TEST_TIMEOUT_SCALE MATCHES "^[1-9][0-9]*$")
+  message(FATAL_ERROR "CCHAN_TEST_TIMEOUT_SCALE must be a whole number >= 1 "
+                      "(got '${CCHAN_TEST_TIMEOUT_SCALE}')")
+endif()
+
+# The factor is worked out at each call, from cache variables only: this file is included in
+# test/'s scope, but kernels/examples registers tests too.
+function(cchan_test_timeout var seconds)
+  if(CCHAN_TEST_TIMEOUT_SCALE MATCHES "^[1-9][0-9]*$")
+    set(factor ${CCHAN_TEST_TIMEOUT_SCALE})
+  elseif(CCHAN_SANITIZE STREQUAL "thread")
+    set(factor 5)
+  elseif(CCHAN_SANITIZE STREQUAL "address")
+    set(factor 3)
+  else()
+    set(factor 1)
+  endif()
+  math(EXPR scaled "${seconds} * ${factor}")
+  set(${var} ${scaled} PARENT_SCOPE)
+endfunction()
+
 find_path(CCHAN_CMOCKA_INCLUDE cmocka.h)
 find_library(CCHAN_CMOCKA_LIB cmocka)
 mark_as_advanced(CCHAN_CMOCKA_INCLUDE CCHAN_CMOCKA_LIB)
@@ -85,6 +121,7 @@ function(cchan_register_test name)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
+  cchan_test_timeout(T_TIMEOUT ${T_TIMEOUT})
   if(T_RANKS)
     add_test(NAME ${name} COMMAND $<TARGET_FILE:cchan-run> -n ${T_RANKS} --timeout ${T_TIMEOUT}
              $<TARGET_FILE:${T_TARGET}> ${T_ARGS})

@@ -12,6 +12,11 @@
 # when an earlier one failed; the summary at the end lists all three, and the exit status is
 # non-zero when any failed.
 #
+# A test's TIMEOUT ends a hung test, not a slow one: the sanitizer builds multiply every TIMEOUT
+# (cmake/CchanTesting.cmake, CCHAN_TEST_TIMEOUT_SCALE; pass -DCCHAN_TEST_TIMEOUT_SCALE=n in
+# CMAKE_ARGS to stretch them further on a slow machine), and --timeout 900 below bounds the tests
+# that set none.
+#
 # The next stage's configure and build run in the background, at the lowest priority, while this
 # stage's tests run: the tests mostly wait on each other (about a third of two cores), so the builds
 # of the sanitizer trees cost little wall time. The summary gives each stage's build and test time.

@@ -2,9 +2,11 @@
  * up by a thread per rank (create, register: collective), then ONE thread runs every plan on both
  * ranks, rank 0's run started asynchronously before rank 1's (stream != NULL on the host
  * platform), then waits for both. No run may call the bootstrap: one that did would wait for a
- * rank the same thread drives, and the watchdog ends the test. Results are checked exactly.
- * Every plan runs with 1 to 16 instances (argument), so parts of every chunk per instance that are
- * uneven or empty are covered too; in-place plans are called in place.
+ * rank the same thread drives, and the watchdog ends the test. The watchdog bounds one step (a
+ * set-up, one run on both ranks, a teardown), re-armed as each starts: a slow machine or a
+ * sanitizer makes the test longer, never failing; only a step that makes no progress trips it.
+ * Results are checked exactly. Every plan runs with 1 to 16 instances (argument), so parts of every
+ * chunk per instance that are uneven or empty are covered too; in-place plans are called in place.
  *
  *   exec_one_thread PLAN_DIR [PLAN_DIR...] [--inst LO-HI]
  *
@@ -14,6 +16,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,11 @@
 #define NR 2
 #define MAX_IN (64u * 1024u) /* largest input of a run; the executors are set up for it */
 #define GUARD 64
+/* One step's bound: a run takes milliseconds (a second under TSan on a loaded machine), a set-up
+ * at most the communicator's 20 s timeout; a blocked run never ends. */
+#define WATCHDOG_S 60
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static int g_fail, g_checks;
 static cchan_unique_id_t g_id;
@@ -56,12 +64,28 @@ typedef struct rank_state {
 
 static rank_state_t g_r[NR];
 
+static char g_step[256] = "start"; /* what the watchdog's step is doing, for its message */
+
 static void on_alarm(int sig) {
     (void)sig;
-    static const char msg[] = "FAIL: a run blocked (it called the bootstrap or waited for the "
-                              "other rank, which this thread drives): watchdog\n";
-    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    static const char msg[] = "FAIL: watchdog: no progress for " STR(
+        WATCHDOG_S) " s (a run that calls the bootstrap or waits for the other rank, "
+                    "which this thread drives, never returns), in: ";
+    if (write(2, msg, sizeof msg - 1) < 0 || write(2, g_step, strlen(g_step)) < 0 ||
+        write(2, "\n", 1) < 0)
+        _exit(1);
     _exit(1);
+}
+
+/* Starts a step: the watchdog's bound restarts, so only a step that never ends trips it, however
+ * long the whole test takes (the plans, the instances and the sizes are many). */
+static void watchdog(const char *fmt, ...) {
+    alarm(0); /* g_step is not written while the handler may read it */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_step, sizeof g_step, fmt, ap);
+    va_end(ap);
+    alarm(WATCHDOG_S);
 }
 
 static void note(rank_state_t *r, int st, const char *what) {
@@ -147,6 +171,7 @@ static float expect(const cchan_exec_plan_info_t *in, int rank, uint64_t count, 
 
 /* One size on both ranks from this thread; 0 when both ran. */
 static int run_both(const cchan_exec_plan_info_t *in, uint64_t count, int seed) {
+    watchdog("%s x%u: a run of count %llu", in->name, g_r[0].instances, (unsigned long long)count);
     uint64_t in_bytes = count * 4, out_count = count / in->in_chunks * in->out_chunks;
     float *send[NR];
     for (int i = 0; i < NR; i++) {
@@ -200,9 +225,11 @@ static void test_plan(const char *path, uint32_t lo, uint32_t hi, int *ran) {
             g_r[i].instances = k;
             g_r[i].st = 0;
         }
+        watchdog("%s x%u: set-up", in.name, k);
         on_both(setup_exec);
         if (g_r[0].st || g_r[1].st) {
             EXPECT(0, "%s x%u: set-up: %s | %s", in.name, k, g_r[0].err, g_r[1].err);
+            watchdog("%s x%u: teardown", in.name, k);
             on_both(teardown_exec);
             break;
         }
@@ -212,6 +239,7 @@ static void test_plan(const char *path, uint32_t lo, uint32_t hi, int *ran) {
             if (sizes[s] * 4 <= MAX_IN && run_both(&in, sizes[s], (int)(k * 10 + (uint32_t)s)))
                 break;
         /* beyond the set-up: refused at once, no collective growth */
+        watchdog("%s x%u: a run past the set-up", in.name, k);
         uint64_t big = (uint64_t)MAX_IN * 2 / in.granularity * g;
         if (cchan_exec_check(g_r[0].ex, g_r[0].send, g_r[0].recv, big, CCHAN_EXEC_F32) ==
             CCHAN_ERR_NO_RESOURCE) {
@@ -220,6 +248,7 @@ static void test_plan(const char *path, uint32_t lo, uint32_t hi, int *ran) {
             EXPECT(st == CCHAN_ERR_NO_RESOURCE && strstr(cchan_exec_last_error(), "prepare"),
                    "%s: a run past the set-up: %d (%s)", in.name, st, cchan_exec_last_error());
         }
+        watchdog("%s x%u: teardown", in.name, k);
         on_both(teardown_exec);
     }
     (*ran)++;
@@ -234,7 +263,7 @@ static int cmp_str(const void *a, const void *b) {
 int main(int argc, char **argv) {
     uint32_t lo = 1, hi = 16;
     signal(SIGALRM, on_alarm);
-    alarm(120);
+    watchdog("communicator set-up");
     if (cchan_get_unique_id(&g_id) < 0) {
         fprintf(stderr, "cchan_get_unique_id: %s\n", cchan_last_error());
         return 1;
@@ -270,10 +299,12 @@ int main(int argc, char **argv) {
             free(names[i]);
         }
     }
+    watchdog("memory teardown");
     for (int i = 0; i < NR; i++) {
         cchan_mem_destroy(g_r[i].send_mem);
         cchan_mem_destroy(g_r[i].recv_mem);
     }
+    alarm(0);
     if (!ran) {
         printf("SKIP: no *.n2.json plan in the directories given\n");
         return 77;
