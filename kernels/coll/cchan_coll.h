@@ -124,8 +124,11 @@ CCHAN_API const char *cchan_coll_algo_name(cchan_coll_algo_t algo);
  *      they run AllReduce, AllGather and ReduceScatter only where the table says so. AllToAll and
  *      Broadcast, which have no native kernel, run the fitting plan of the narrowest size range
  *      (then file-name order).
- * Every rank must load the same table and plans. CCHAN_DEBUG=INFO logs, for each (collective,
- * size, dtype, in place) the first time a communicator sees it, what ran and why. */
+ * Every rank must load the same table and plans, and set the same CCHAN_COLL_* variables and
+ * config: cchan_coll_create and the loads compare them across the ranks (digests, one all-gather)
+ * and fail every rank with -EINVAL naming the first that differs and each rank's value
+ * (docs/collectives.md, "Configuration agreed at create"). CCHAN_DEBUG=INFO logs, for each
+ * (collective, size, dtype, in place) the first time a communicator sees it, what ran and why. */
 
 /* Plans (docs/executor.md): collective; path is a directory, whose `<name>.n<ranks>.json` for
  * this communicator's size are loaded in file-name order, or one plan file (its nranks must be the

@@ -2,6 +2,7 @@
  * and buffer registration. Every call afterwards fills a coll_args_t from c->base and runs kernels
  * (coll_ops.c). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,37 +190,83 @@ static int coll_setup_sems(cchan_coll_t *c, const char *where) {
     return st;
 }
 
-/* CCHAN_COLL_TUNING and CCHAN_COLL_PLANS: the table first, so that the plans it names are set up
- * with the others. Collective; a file one rank cannot read fails every rank, naming it. */
-static int coll_load_env(cchan_coll_t *c) {
+/* What cchan_coll_create agrees on (coll_agree): CCHAN_COLL_TUNING, CCHAN_COLL_PLANS, every other
+ * CCHAN_COLL_* variable the selector or the algorithms read, the config as it resolved, and the
+ * default rule's GPU generation. */
+enum { COLL_AGREE_TUNING, COLL_AGREE_PLANS, COLL_AGREE_PLAN_MAX, COLL_AGREE_PARAM0 };
+#define COLL_AGREE_N (COLL_AGREE_PARAM0 + COLL_PARAM_COUNT + 3)
+typedef struct coll_env {
+    colli_agree_item_t item[COLL_AGREE_N];
+} coll_env_t;
+
+/* The local half of the environment: every variable read once, the tuning table (CCHAN_COLL_TUNING)
+ * parsed and the plans (CCHAN_COLL_PLANS) loaded, with no collective step, so that a rank that
+ * fails here (a malformed value, a file it cannot read) fails before any rank takes one, and the
+ * agreement that follows finds every rank at the same step. */
+static int coll_read_env(cchan_coll_t *c, coll_env_t *env) {
+    static const char *where = "cchan_coll_create";
     const char *tune = NULL, *plans = NULL;
+    int64_t max_bytes;
     int st;
     if (cchan_env_get_str("CCHAN_COLL_TUNING", &tune) ||
         cchan_env_get_str("CCHAN_COLL_PLANS", &plans))
-        return colli_wrap(-EINVAL, "cchan_coll_create", "environment");
-    if (tune && (st = colli_tuning_load(c, tune, "cchan_coll_create: CCHAN_COLL_TUNING")) < 0)
+        return colli_wrap(-EINVAL, where, "environment");
+    if (cchan_env_get_int("CCHAN_COLL_PLAN_MAX_BYTES", &max_bytes))
+        return colli_wrap(-EINVAL, where, "CCHAN_COLL_PLAN_MAX_BYTES");
+    c->plan_max_bytes = max_bytes;
+    /* the table first, so that the plans it names are set up with the others */
+    if (tune &&
+        (st = colli_tuning_parse(tune, &c->tuning, "cchan_coll_create: CCHAN_COLL_TUNING")) < 0)
         return st;
-    if (!plans) return 0;
-    static const char *where = "cchan_coll_create: CCHAN_COLL_PLANS";
-    int bad = colli_plans_load(c, plans, where);
-    st = cchan_comm_agree(c->comm, bad, where, bad ? cchan_last_error() : NULL);
-    if (st) return bad ? bad : st;
-    return colli_plans_setup(c, where);
+    if (plans && (st = colli_plans_load(c, plans, "cchan_coll_create: CCHAN_COLL_PLANS")) < 0)
+        return st;
+    /* the words now: the environment's strings may change under a later setenv */
+    colli_agree_item_t *it = env->item;
+    it[COLL_AGREE_TUNING].name = "CCHAN_COLL_TUNING";
+    colli_tuning_describe(c->tuning, &it[COLL_AGREE_TUNING]);
+    it[COLL_AGREE_PLANS].name = "CCHAN_COLL_PLANS";
+    colli_plans_describe(c, plans, &it[COLL_AGREE_PLANS]);
+    return 0;
 }
 
-int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
-    static const char *where = "cchan_coll_create";
-    colli_clear_error();
-    if (!comm) return colli_error(-EINVAL, where, "comm must not be NULL");
-    /* A bad argument on one rank fails every rank now, naming it, not at a bootstrap timeout. */
-    int bad = coll_check_create(comm, cfg, out, where);
-    /* before any kernel of this communicator can run (colli_cuda_preload says why), and before the
-     * agreement, so that a rank that cannot load its kernels fails every rank */
-    if (!bad && cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA)
-        bad = colli_cuda_preload(cchan_comm_device(comm));
-    int st = cchan_comm_agree(comm, bad, where, bad ? cchan_last_error() : NULL);
-    if (st) return bad ? bad : st; /* the peer's reason is in cchan_last_error() */
-    cchan_coll_t *c = (cchan_coll_t *)calloc(1, sizeof *c);
+static void coll_item_int(colli_agree_item_t *it, const char *name, int64_t v) {
+    it->name = name;
+    it->digest = (uint64_t)v;
+    snprintf(it->value, sizeof it->value, "%lld", (long long)v);
+}
+
+/* The other half: every rank compares its items with the others' (one all-gather), and fails
+ * alike, naming the first that differs and the ranks. */
+static int coll_agree_env(cchan_coll_t *c, const cchan_coll_config_t *cfg, coll_env_t *env,
+                          const char *where) {
+    colli_agree_item_t *it = env->item;
+    coll_item_int(&it[COLL_AGREE_PLAN_MAX], "CCHAN_COLL_PLAN_MAX_BYTES", c->plan_max_bytes);
+    for (int i = 0; i < COLL_PARAM_COUNT; i++)
+        coll_item_int(&it[COLL_AGREE_PARAM0 + i], colli_param_env(i), c->param[i]);
+    /* the config as it resolved (LL's size limit and the grids follow from it) */
+    int k = COLL_AGREE_PARAM0 + COLL_PARAM_COUNT;
+    it[k].name = "cchan_coll_config_t.max_blocks";
+    it[k].digest = ((uint64_t)c->hb_blocks << 32) | c->ll_blocks;
+    snprintf(it[k].value, sizeof it[k].value, "%d (%u HB blocks, %u LL blocks)",
+             cfg ? cfg->max_blocks : 0, c->hb_blocks, c->ll_blocks);
+    k++;
+    it[k].name = "cchan_coll_config_t.scratch_bytes";
+    it[k].digest = (uint64_t)c->scratch_bytes;
+    snprintf(it[k].value, sizeof it[k].value, "%zu (%zu bytes laid out)",
+             cfg ? cfg->scratch_bytes : 0, c->scratch_bytes);
+    k++;
+    /* the default rule's table, by its generation's name ("sm_90"; its words say the device's) */
+    const char *rule = colli_default_rule(c);
+    it[k].name = "the default rule (GPU generation)";
+    it[k].digest = colli_fnv(COLLI_FNV_INIT, rule, strcspn(rule, " "));
+    snprintf(it[k].value, sizeof it[k].value, "%s", rule);
+    return colli_agree(c, it, COLL_AGREE_N, where);
+}
+
+/* The local steps of create: the object, the variables, the table, the plans, the layout. */
+static int coll_create_local(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **cp,
+                             coll_env_t *env, const char *where) {
+    cchan_coll_t *c = *cp = (cchan_coll_t *)calloc(1, sizeof *c);
     if (!c) return colli_error(-ENOMEM, where, "no memory");
     c->comm = comm;
     c->rank = cchan_comm_rank(comm);
@@ -227,14 +274,38 @@ int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_
     c->device = cchan_comm_device(comm);
     c->platform = cchan_comm_platform(comm);
     c->sm = c->platform == CCHAN_PLATFORM_CUDA ? colli_cuda_sm(c->device) : 0;
-    if ((st = colli_params_init(c->param, where)) < 0 || (st = coll_plan(c, cfg, where)) < 0) {
-        free(c);
+    int st;
+    if ((st = colli_params_init(c->param, where)) < 0 || (st = coll_plan(c, cfg, where)) < 0)
         return st;
+    return coll_read_env(c, env);
+}
+
+int cchan_coll_create(cchan_comm_t *comm, const cchan_coll_config_t *cfg, cchan_coll_t **out) {
+    static const char *where = "cchan_coll_create";
+    colli_clear_error();
+    if (!comm) return colli_error(-EINVAL, where, "comm must not be NULL");
+    /* A bad argument, variable or file on one rank fails every rank now, naming it, not at a
+     * bootstrap timeout: every local step comes before the one agreement. */
+    int bad = coll_check_create(comm, cfg, out, where);
+    /* before any kernel of this communicator can run (colli_cuda_preload says why), and before the
+     * agreement, so that a rank that cannot load its kernels fails every rank */
+    if (!bad && cchan_comm_platform(comm) == CCHAN_PLATFORM_CUDA)
+        bad = colli_cuda_preload(cchan_comm_device(comm));
+    cchan_coll_t *c = NULL;
+    coll_env_t env;
+    memset(&env, 0, sizeof env);
+    if (!bad) bad = coll_create_local(comm, cfg, &c, &env, where);
+    int st = cchan_comm_agree(comm, bad, where, bad ? cchan_last_error() : NULL);
+    /* then what changes the choice of algorithm, before anything is set up across the ranks */
+    if (!st) st = coll_agree_env(c, cfg, &env, where);
+    if (st) {
+        if (c) coll_release(c);
+        return bad ? bad : st; /* a peer's reason is in cchan_last_error() */
     }
     if ((st = coll_setup_runtime(c, where)) < 0 || (st = coll_setup_epochs(c, where)) < 0 ||
         (c->nranks > 1 && (st = coll_setup_sems(c, where)) < 0) ||
         (c->platform == CCHAN_PLATFORM_CUDA && (st = colli_ce_create(c->device, &c->ce)) < 0) ||
-        (st = coll_load_env(c)) < 0) {
+        (st = colli_plans_setup(c, c->plans ? "cchan_coll_create: CCHAN_COLL_PLANS" : where)) < 0) {
         coll_release(c);
         return st;
     }

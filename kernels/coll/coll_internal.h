@@ -128,6 +128,7 @@ struct cchan_coll {
     struct colli_tuning *tuning; /* the tuning table, or NULL: the default rule (coll_tune.c) */
     struct colli_seen *seen;     /* (op, size, dtype, in place) already logged at INFO */
     int sm;                      /* compute capability (90: sm_90); 0 on the host platform */
+    int64_t plan_max_bytes;      /* CCHAN_COLL_PLAN_MAX_BYTES, read once at create */
     const char *last_plan;       /* the plan the last call ran, or NULL */
     cchan_coll_choice_t last_choice; /* what the last AUTO call ran and why */
 };
@@ -135,6 +136,36 @@ struct cchan_coll {
 /* coll_param.c: every parameter's default, or its CCHAN_COLL_<NAME> value from the environment
  * (-EINVAL naming the variable when one is malformed or out of range). */
 int colli_params_init(int64_t param[COLL_PARAM_COUNT], const char *where);
+/* coll_param.c: parameter i's variable ("CCHAN_COLL_CE_LANES"). */
+const char *colli_param_env(int i);
+
+/* coll_agree.c: the ranks agree on what changes the algorithm a rank would choose (the tuning
+ * table, the loaded plans, the selection variables, the config), since ranks that chose
+ * differently would wait for each other in different algorithms, with no deadline. Each item is
+ * a digest (FNV-1a 64 of a canonical form: the value, the table's rows, each plan's name and
+ * content) and this rank's value in words for the message. colli_agree all-gathers the digests
+ * (one bootstrap all-gather of n * 8 bytes per rank; a second one of the differing item's words
+ * only when one differs) and fails every rank alike, -EINVAL with "<name> differs: rank 0 has
+ * <value>, rank 1 has <value>", naming the other items that differ too. Collective. */
+#define COLLI_FNV_INIT 1469598103934665603ull
+static inline uint64_t colli_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+/* v's 8 bytes, least significant first (the same on every rank whatever its byte order) */
+static inline uint64_t colli_fnv_u64(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xffu)) * 1099511628211ull;
+    return h;
+}
+#define COLLI_AGREE_VALUE 160 /* bytes of an item's words, with the NUL */
+#define COLLI_AGREE_MAX 32    /* items of one agreement */
+typedef struct colli_agree_item {
+    const char *name; /* "CCHAN_COLL_TUNING", "tuning table", "cchan_coll_config_t.max_blocks" */
+    uint64_t digest;
+    char value[COLLI_AGREE_VALUE]; /* "'a.tsv' (3 rows, digest 0x...)", "none", "0" */
+} colli_agree_item_t;
+int colli_agree(cchan_coll_t *c, const colli_agree_item_t *items, int n, const char *where);
 
 /* coll_scratch.c: the scratch layout for `scratch` bytes on nranks ranks. Sets the LL, HB, CE and
  * SWITCH areas' offsets and slots (and nranks) in *a, lowers *hb_blocks so every HB lane moves 256
@@ -193,6 +224,11 @@ typedef struct colli_plan_view {
     int left_out;                         /* the device cannot run it */
 } colli_plan_view_t;
 int colli_plans_load(cchan_coll_t *c, const char *path, const char *where);
+/* The agreement's item for the loaded plans (every plan's name and file content, in load order;
+ * digest 0 and "none" without a path), and dropping the plans past the first n (a load the ranks
+ * did not agree on leaves nothing behind). */
+void colli_plans_describe(const cchan_coll_t *c, const char *path, colli_agree_item_t *it);
+void colli_plans_truncate(colli_plans_t *plans, int n);
 int colli_plans_setup(cchan_coll_t *c, const char *where);
 void colli_plans_destroy(colli_plans_t *plans);
 int colli_plans_register(colli_plans_t *plans, void *ptr, size_t bytes);
@@ -209,6 +245,10 @@ int colli_plan_run(cchan_coll_t *c, int i, const void *send, void *recv, size_t 
 /* coll_tune.c: the tuning table and the selector. */
 typedef struct colli_tuning colli_tuning_t;
 int colli_tuning_load(cchan_coll_t *c, const char *path, const char *where); /* collective */
+/* Parses the table (no collective step: cchan_coll_create agrees on it with the rest). */
+int colli_tuning_parse(const char *path, colli_tuning_t **out, const char *where);
+/* The agreement's item for a table (its rows; digest 0 and "none" for NULL). */
+void colli_tuning_describe(const colli_tuning_t *t, colli_agree_item_t *it);
 void colli_tuning_free(colli_tuning_t *t);
 void colli_seen_free(struct colli_seen *s);
 /* Whether the selector can ever pick this plan: its collective has no native kernel, or a row of

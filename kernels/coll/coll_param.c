@@ -119,6 +119,10 @@ int cchan_coll_get_param(const cchan_coll_t *c, const char *name, int64_t *out) 
     return 0;
 }
 
+const char *colli_param_env(int i) {
+    return i >= 0 && i < COLL_PARAM_COUNT ? coll_param_defs[i].env : "?";
+}
+
 int colli_params_init(int64_t param[COLL_PARAM_COUNT], const char *where) {
     for (int i = 0; i < COLL_PARAM_COUNT; i++) {
         const struct coll_param_def *d = &coll_param_defs[i];

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cchan/env.h"
 #include "coll_internal.h"
 
 #ifdef COLL_HAVE_EXEC
@@ -55,7 +54,8 @@ typedef struct colli_plan {
     cchan_exec_plan_t *plan;
     cchan_exec_t *ex; /* NULL until the selector can pick the plan */
     cchan_exec_plan_info_t info;
-    int left_out; /* the device cannot run it */
+    int left_out;    /* the device cannot run it */
+    uint64_t digest; /* FNV-1a of the plan file's bytes: what the ranks agree on */
 } colli_plan_t;
 
 struct colli_plans {
@@ -67,6 +67,21 @@ static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* The file's bytes, hashed: two ranks agree on a plan when its file is the same, wherever it is. */
+static int file_digest(const char *path, uint64_t *out, const char *where) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return colli_error(-errno, where, "plan %s: %s", path, strerror(errno));
+    uint64_t h = COLLI_FNV_INIT;
+    unsigned char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) h = colli_fnv(h, buf, k);
+    int err = ferror(f);
+    fclose(f);
+    if (err) return colli_error(-EIO, where, "plan %s: read error", path);
+    *out = h;
+    return 0;
+}
+
 static int plans_add(cchan_coll_t *c, const char *path, const char *where) {
     colli_plans_t *p = c->plans;
     if (!p && !(p = c->plans = (colli_plans_t *)calloc(1, sizeof *p)))
@@ -75,6 +90,10 @@ static int plans_add(cchan_coll_t *c, const char *path, const char *where) {
     memset(&e, 0, sizeof e);
     int st = cchan_exec_plan_load_file(path, &e.plan);
     if (st < 0) return colli_error(st, where, "%s", cchan_exec_last_error());
+    if ((st = file_digest(path, &e.digest, where)) < 0) {
+        cchan_exec_plan_free(e.plan);
+        return st;
+    }
     cchan_exec_plan_info(e.plan, &e.info);
     if (e.info.nranks != c->nranks) {
         st = colli_error(-EINVAL, where, "plan %s (%s) is for %d ranks: the communicator has %d",
@@ -142,12 +161,9 @@ int colli_plans_load(cchan_coll_t *c, const char *path, const char *where) {
 int colli_plans_setup(cchan_coll_t *c, const char *where) {
     colli_plans_t *p = c->plans;
     if (!p) return 0;
-    /* the largest input the executors of unbounded plans are set up for (their scratch); the
-     * default, 16 MiB, is the registry's */
-    int64_t env_max;
-    if (cchan_env_get_int("CCHAN_COLL_PLAN_MAX_BYTES", &env_max))
-        return colli_wrap(-EINVAL, where, "CCHAN_COLL_PLAN_MAX_BYTES");
-    uint64_t max_in = (uint64_t)env_max;
+    /* the largest input the executors of unbounded plans are set up for (their scratch): read
+     * and agreed at create, so that a later load sets up the same executors on every rank */
+    uint64_t max_in = (uint64_t)c->plan_max_bytes;
     for (int i = 0; i < p->n; i++) {
         colli_plan_t *e = &p->v[i];
         colli_plan_view_t v;
@@ -179,14 +195,39 @@ int colli_plans_setup(cchan_coll_t *c, const char *where) {
     return 0;
 }
 
+void colli_plans_truncate(colli_plans_t *p, int n) {
+    for (; p && p->n > n; p->n--) {
+        colli_plan_t *e = &p->v[p->n - 1];
+        if (e->ex) cchan_exec_destroy(e->ex);
+        cchan_exec_plan_free(e->plan);
+    }
+}
+
 void colli_plans_destroy(colli_plans_t *p) {
     if (!p) return;
-    for (int i = 0; i < p->n; i++) {
-        if (p->v[i].ex) cchan_exec_destroy(p->v[i].ex);
-        cchan_exec_plan_free(p->v[i].plan);
-    }
+    colli_plans_truncate(p, 0);
     free(p->v);
     free(p);
+}
+
+void colli_plans_describe(const cchan_coll_t *c, const char *path, colli_agree_item_t *it) {
+    const colli_plans_t *p = c->plans;
+    if (!path) {
+        it->digest = 0;
+        snprintf(it->value, sizeof it->value, "none");
+        return;
+    }
+    /* the set in load order (the selector's tie-break), each plan by name and content */
+    uint64_t h = colli_fnv_u64(COLLI_FNV_INIT, 1);
+    for (int i = 0; p && i < p->n; i++) {
+        const char *name = p->v[i].info.name ? p->v[i].info.name : "";
+        h = colli_fnv(h, name, strlen(name) + 1);
+        h = colli_fnv_u64(h, p->v[i].digest);
+    }
+    it->digest = h;
+    const int n = p ? p->n : 0;
+    snprintf(it->value, sizeof it->value, "'%s' (%d plan%s, digest %016llx)", path, n,
+             n == 1 ? "" : "s", (unsigned long long)h);
 }
 
 int colli_plans_register(colli_plans_t *p, void *ptr, size_t bytes) {
@@ -256,6 +297,12 @@ int colli_plans_setup(cchan_coll_t *c, const char *where) {
     return 0;
 }
 void colli_plans_destroy(colli_plans_t *p) { (void)p; }
+void colli_plans_truncate(colli_plans_t *p, int n) { (void)p, (void)n; }
+void colli_plans_describe(const cchan_coll_t *c, const char *path, colli_agree_item_t *it) {
+    (void)c;
+    it->digest = path ? 1 : 0; /* a load fails on every rank before this is asked */
+    snprintf(it->value, sizeof it->value, "%s", path ? "a path" : "none");
+}
 int colli_plans_register(colli_plans_t *p, void *ptr, size_t bytes) {
     (void)p, (void)ptr, (void)bytes;
     return 0;
@@ -293,10 +340,21 @@ int cchan_coll_load_plans(cchan_coll_t *c, const char *path) {
     if (!c || !path) return colli_error(-EINVAL, where, "coll and path must not be NULL");
     int st = cchan_comm_check(c->comm, where);
     if (st) return st;
-    /* a plan one rank cannot read fails every rank now, naming it, not at a later collective */
+    /* a plan one rank cannot read fails every rank now, naming it, not at a later collective; so
+     * does a set of plans that differs between the ranks (a folder here, a file there), whose
+     * executors would be set up on some ranks only. Either leaves the registry as it was. */
+    const int before = colli_plans_n(c->plans);
     int bad = colli_plans_load(c, path, where);
     st = cchan_comm_agree(c->comm, bad, where, bad ? cchan_last_error() : NULL);
-    if (st) return bad ? bad : st;
+    if (!st) {
+        colli_agree_item_t it = {.name = "the set of plans"};
+        colli_plans_describe(c, path, &it);
+        st = colli_agree(c, &it, 1, where);
+    }
+    if (st) {
+        colli_plans_truncate(c->plans, before);
+        return bad ? bad : st;
+    }
     st = colli_plans_setup(c, where);
     return st < 0 ? st : colli_plans_n(c->plans);
 }

@@ -48,6 +48,7 @@ struct colli_tuning {
     char *path;
     colli_tune_row_t *rows;
     int n;
+    uint64_t digest; /* FNV-1a of the meaningful lines' fields: what the ranks agree on */
 };
 
 void colli_tuning_free(colli_tuning_t *t) {
@@ -146,14 +147,14 @@ static int parse_row(char **f, const char *path, int line, colli_tune_row_t *r, 
 
 #define TUNE_MAGIC "cchan-coll-tuning"
 
-static int tuning_parse(const char *path, colli_tuning_t **out, uint64_t *hash, const char *where) {
+int colli_tuning_parse(const char *path, colli_tuning_t **out, const char *where) {
     FILE *fp = fopen(path, "r");
     if (!fp) return colli_error(-errno, where, "tuning table %s: %s", path, strerror(errno));
     colli_tuning_t *t = (colli_tuning_t *)calloc(1, sizeof *t);
     int st = t && (t->path = strdup(path)) ? 0 : colli_error(-ENOMEM, where, "no memory");
     char buf[1024];
     int line = 0, seen_magic = 0, cap = 0;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the meaningful lines */
+    uint64_t h = COLLI_FNV_INIT; /* of the meaningful lines: comments and spacing do not count */
     while (!st && fgets(buf, sizeof buf, fp)) {
         line++;
         char *hash_at = strchr(buf, '#');
@@ -203,36 +204,38 @@ static int tuning_parse(const char *path, colli_tuning_t **out, uint64_t *hash, 
         colli_tuning_free(t);
         return st;
     }
+    t->digest = h;
     *out = t;
-    *hash = h;
     return 0;
+}
+
+void colli_tuning_describe(const colli_tuning_t *t, colli_agree_item_t *it) {
+    if (!t) {
+        it->digest = 0;
+        snprintf(it->value, sizeof it->value, "none");
+        return;
+    }
+    it->digest = colli_fnv_u64(colli_fnv_u64(COLLI_FNV_INIT, 1), t->digest);
+    snprintf(it->value, sizeof it->value, "'%s' (%d row%s, digest %016llx)", t->path, t->n,
+             t->n == 1 ? "" : "s", (unsigned long long)it->digest);
 }
 
 int colli_tuning_load(cchan_coll_t *c, const char *path, const char *where) {
     colli_tuning_t *t = NULL;
-    uint64_t h = 0;
-    int bad = path ? tuning_parse(path, &t, &h, where) : 0;
+    int bad = path ? colli_tuning_parse(path, &t, where) : 0;
     int st = cchan_comm_agree(c->comm, bad, where, bad ? cchan_last_error() : NULL);
     if (st) {
         colli_tuning_free(t);
         return bad ? bad : st;
     }
     /* Ranks that chose differently would wait for each other in different algorithms: every rank
-     * must read the same rows. */
-    uint64_t all[COLL_MAX_RANKS];
-    st = cchan_bootstrap_allgather(cchan_comm_bootstrap(c->comm), &h, all, sizeof h);
-    if (st < 0) {
+     * must read the same rows (the table before stays on every rank when they do not). */
+    colli_agree_item_t it = {.name = "tuning table"};
+    colli_tuning_describe(t, &it);
+    if ((st = colli_agree(c, &it, 1, where)) < 0) {
         colli_tuning_free(t);
-        return colli_wrap(st, where, "cchan_bootstrap_allgather(tuning table)");
+        return st;
     }
-    for (int r = 0; r < c->nranks; r++)
-        if (all[r] != h) {
-            colli_tuning_free(t);
-            return colli_error(-EINVAL, where,
-                               "tuning table %s: rank %d read other rows than rank %d (every "
-                               "rank must load the same table)",
-                               path ? path : "(none)", r, c->rank);
-        }
     colli_tuning_free(c->tuning);
     c->tuning = t;
     return 0;
