@@ -46,6 +46,13 @@ SHIM_HIDDEN const char *shim_real_why(void);
 /* ------------------------------------------------------------------ communicators */
 
 #define SHIM_COMM_MAGIC 0x6363686e63636c31ull /* "cchnccl1" */
+/* A destroyed or aborted handle. Its memory is kept (shim_comm.c, the graveyard), so that a call on
+ * a stale handle reads this and fails with ncclInvalidArgument instead of reading freed memory, and
+ * so that it is never taken for the fallback's own handle (shim_foreign_comm). */
+#define SHIM_COMM_DEAD 0x6363686e63636c30ull /* "cchnccl0" */
+
+/* What teardown has begun on a communicator (struct ncclComm's dying). */
+enum { SHIM_ALIVE = 0, SHIM_DESTROYING = 1, SHIM_ABORTING = 2 };
 
 typedef struct shim_clique shim_clique_t;
 
@@ -56,7 +63,7 @@ typedef struct shim_window {
 } shim_window_t;
 
 struct ncclComm {
-    uint64_t magic;
+    uint64_t magic;        /* written under the handle lock, read atomically without it */
     ncclComm_t real;       /* the fallback's communicator; NULL when no fallback was loaded */
     cchan_bootstrap_t *bs; /* this communicator's bootstrap when cc is NULL (else cc owns it) */
     cchan_comm_t *cc;      /* cchan communicator when the cchan paths are on */
@@ -68,16 +75,42 @@ struct ncclComm {
     shim_window_t *windows;  /* windows registered with cchan_coll */
     int nwindows;
     char cchan_off[160]; /* why the cchan paths are off, "" when on */
+    /* Under the handle lock (shim_comm.c). Every call holds its communicator for its duration
+     * (shim_call_t), so that ncclCommAbort from another thread frees nothing a call still uses: it
+     * marks the communicator, aborts both sides, and waits for the calls to drain. */
+    int calls;      /* calls holding this communicator */
+    int calls_real; /* of them, those that entered the fallback NCCL (shim_enter_real) */
+    int dying;      /* SHIM_ALIVE, or the teardown that has begun */
+    int waiters;    /* teardowns waiting for calls to drain */
+    int closed;     /* the teardown has drained the calls: none, not even a query, starts again */
+    struct ncclComm *next_dead; /* the graveyard's order, oldest first */
 };
 
-/* Validates comm (NULL, foreign or destroyed handles are ncclInvalidArgument with a message). */
-SHIM_HIDDEN ncclResult_t shim_check_comm(ncclComm_t comm, const char *where);
-/* shim_check_comm, and the cchan side not aborted (cchan_comm_check): what every call that
- * communicates starts with; the queries and the teardown calls take shim_check_comm alone. */
-SHIM_HIDDEN ncclResult_t shim_check_live(ncclComm_t comm, const char *where);
-/* The fallback's communicator of comm, or ncclInvalidUsage with a message saying why none. */
-SHIM_HIDDEN ncclResult_t shim_real_comm(ncclComm_t comm, const char *where, const shim_real_t **r,
-                                        ncclComm_t *real);
+/* A call's hold on its communicator. Declared with SHIM_CALL at the top of every export taking a
+ * communicator; the hold is taken by shim_check_comm / shim_check_live / shim_real_comm and given
+ * back when the variable goes out of scope, at every return. */
+typedef struct shim_call {
+    struct ncclComm *comm; /* held, or NULL */
+    int in_real;           /* counted in comm->calls_real */
+} shim_call_t;
+SHIM_HIDDEN void shim_leave(shim_call_t *call);
+#define SHIM_CALL(name) shim_call_t name __attribute__((cleanup(shim_leave))) = {NULL, 0}
+
+/* Validates comm and holds it for call (NULL, foreign, destroyed and aborted handles are
+ * ncclInvalidArgument with a message); the queries take this alone, also while a teardown runs. */
+SHIM_HIDDEN ncclResult_t shim_check_comm(shim_call_t *call, ncclComm_t comm, const char *where);
+/* shim_check_comm, no teardown begun, and the cchan side not aborted (cchan_comm_check): what
+ * every call that communicates starts with. An aborted communicator gives ncclRemoteError, one
+ * being destroyed ncclInvalidUsage. */
+SHIM_HIDDEN ncclResult_t shim_check_live(shim_call_t *call, ncclComm_t comm, const char *where);
+/* Before a call passes comm->real to the fallback: counts it as inside the fallback, whose abort
+ * (ncclCommAbort of the fallback's communicator) is what ends it; fails like shim_check_live once a
+ * teardown has begun, so that no call enters the fallback after its abort. */
+SHIM_HIDDEN ncclResult_t shim_enter_real(shim_call_t *call, const char *where);
+/* shim_check_live and shim_enter_real: the fallback's communicator of comm, or ncclInvalidUsage
+ * with a message saying why none. */
+SHIM_HIDDEN ncclResult_t shim_real_comm(shim_call_t *call, ncclComm_t comm, const char *where,
+                                        const shim_real_t **r, ncclComm_t *real);
 /* Whether a real-NCCL group is open on this thread (ncclGroupStart without its End). */
 SHIM_HIDDEN int shim_group_depth(void);
 

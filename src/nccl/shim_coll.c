@@ -190,6 +190,7 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
                                ncclDataType_t dtype, ncclRedOp_t redop, ncclComm_t comm,
                                cudaStream_t stream) {
     shim_clear_error();
+    SHIM_CALL(call);
     switch (op) {
     case OP_ALLREDUCE:
         SHIM_HAND_BACK(ncclAllReduce, comm, (send, recv, count, dtype, redop, comm, stream));
@@ -201,7 +202,7 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
         SHIM_HAND_BACK(ncclReduceScatter, comm, (send, recv, count, dtype, redop, comm, stream));
         break;
     }
-    ncclResult_t res = shim_check_live(comm, op_names[op]);
+    ncclResult_t res = shim_check_live(&call, comm, op_names[op]);
     if (res != ncclSuccess) return res;
     char why[160] = "";
     cchan_coll_dtype_t cdt;
@@ -224,7 +225,7 @@ static ncclResult_t collective(shim_op_t op, const void *send, void *recv, size_
     const shim_real_t *r = NULL;
     ncclComm_t real = NULL;
     if (count == 0 && !comm->real) return ncclSuccess;
-    res = shim_real_comm(comm, op_names[op], &r, &real);
+    res = shim_real_comm(&call, comm, op_names[op], &r, &real);
     if (res != ncclSuccess) return res;
     log_path(comm, op, count, dtype, redop, "nccl", why);
     switch (op) {
@@ -259,10 +260,11 @@ SHIM_DEFINE(ncclResult_t, ncclReduceScatter,
 #define SHIM_FORWARD(name, params, comm_arg, args, LOG)                                            \
     SHIM_DEFINE(ncclResult_t, name, params) {                                                      \
         shim_clear_error();                                                                        \
+        SHIM_CALL(call);                                                                           \
         const shim_real_t *r = NULL;                                                               \
         ncclComm_t real = comm_arg;                                                                \
         SHIM_HAND_BACK(name, comm_arg, args);                                                      \
-        ncclResult_t res = shim_real_comm(comm_arg, #name, &r, &real);                             \
+        ncclResult_t res = shim_real_comm(&call, comm_arg, #name, &r, &real);                      \
         if (res != ncclSuccess) return res;                                                        \
         if (!r->name) return shim_fail(ncclInvalidUsage, #name ": the fallback NCCL lacks it");    \
         LOG;                                                                                       \
@@ -284,8 +286,8 @@ SHIM_FORWARD(ncclBcast,
 /* AllToAll and Broadcast run on a loaded execution plan (cchan_coll_load_plans,
  * CCHAN_COLL_PLANS) where the selector finds one, else on the fallback. float, half and bfloat16
  * go as themselves; other types, which these calls only move, as 4- or 2-byte units. */
-static ncclResult_t plan_or_forward(shim_op_t op, const void *send, void *recv, size_t count,
-                                    ncclDataType_t dtype, int root, ncclComm_t comm,
+static ncclResult_t plan_or_forward(shim_call_t *call, shim_op_t op, const void *send, void *recv,
+                                    size_t count, ncclDataType_t dtype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
     char why[160] = NOT_CCHAN;
     size_t elem = dtype_bytes(dtype), bytes = count * elem;
@@ -311,7 +313,7 @@ static ncclResult_t plan_or_forward(shim_op_t op, const void *send, void *recv, 
     }
     const shim_real_t *r = NULL;
     ncclComm_t real = NULL;
-    ncclResult_t res = shim_real_comm(comm, op_names[op], &r, &real);
+    ncclResult_t res = shim_real_comm(call, comm, op_names[op], &r, &real);
     if (res != ncclSuccess) return res;
     log_path(comm, op, count, dtype, ncclSum, "nccl", why);
     if (op == OP_ALLTOALL) {
@@ -328,19 +330,23 @@ SHIM_DEFINE(ncclResult_t, ncclBroadcast,
             (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
              ncclComm_t comm, cudaStream_t stream)) {
     shim_clear_error();
+    SHIM_CALL(call);
     SHIM_HAND_BACK(ncclBroadcast, comm, (sendbuff, recvbuff, count, datatype, root, comm, stream));
-    ncclResult_t res = shim_check_live(comm, "ncclBroadcast");
+    ncclResult_t res = shim_check_live(&call, comm, "ncclBroadcast");
     if (res != ncclSuccess) return res;
-    return plan_or_forward(OP_BROADCAST, sendbuff, recvbuff, count, datatype, root, comm, stream);
+    return plan_or_forward(&call, OP_BROADCAST, sendbuff, recvbuff, count, datatype, root, comm,
+                           stream);
 }
 SHIM_DEFINE(ncclResult_t, ncclAlltoAll,
             (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
              ncclComm_t comm, cudaStream_t stream)) {
     shim_clear_error();
+    SHIM_CALL(call);
     SHIM_HAND_BACK(ncclAlltoAll, comm, (sendbuff, recvbuff, count, datatype, comm, stream));
-    ncclResult_t res = shim_check_live(comm, "ncclAlltoAll");
+    ncclResult_t res = shim_check_live(&call, comm, "ncclAlltoAll");
     if (res != ncclSuccess) return res;
-    return plan_or_forward(OP_ALLTOALL, sendbuff, recvbuff, count, datatype, 0, comm, stream);
+    return plan_or_forward(&call, OP_ALLTOALL, sendbuff, recvbuff, count, datatype, 0, comm,
+                           stream);
 }
 SHIM_FORWARD(ncclGather,
              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -419,8 +425,9 @@ SHIM_FORWARD_LIB(ncclResult_t, ncclLLA2ACreateRequirement,
  * world, LSA (NVLink) and its own one-rank rail team). */
 static ncclTeam_t team_of(ncclComm_t comm, ncclTeam_t (*real_fn)(ncclComm_t), int rail) {
     ncclTeam_t t = {0, 0, 0};
-    if (shim_check_comm(comm, "ncclTeam*") != ncclSuccess) return t;
-    if (comm->real && real_fn) return real_fn(comm->real);
+    SHIM_CALL(call);
+    if (shim_check_comm(&call, comm, "ncclTeam*") != ncclSuccess) return t;
+    if (comm->real && real_fn) return shim_enter_real(&call, "ncclTeam*") ? t : real_fn(comm->real);
     t.nRanks = rail ? 1 : comm->nranks;
     t.rank = rail ? 0 : comm->rank;
     t.stride = 1;
@@ -442,8 +449,10 @@ SHIM_DEFINE(ncclTeam_t, ncclTeamRail, (ncclComm_t comm)) {
 
 static int team_rank(ncclComm_t comm, int (*real_fn)(ncclComm_t, ncclTeam_t, int), ncclTeam_t team,
                      int rank) {
-    if (shim_check_comm(comm, "ncclTeamRankTo*") != ncclSuccess) return -1;
-    if (comm->real && real_fn) return real_fn(comm->real, team, rank);
+    SHIM_CALL(call);
+    if (shim_check_comm(&call, comm, "ncclTeamRankTo*") != ncclSuccess) return -1;
+    if (comm->real && real_fn)
+        return shim_enter_real(&call, "ncclTeamRankTo*") ? -1 : real_fn(comm->real, team, rank);
     return comm->rank + (rank - team.rank) * team.stride; /* one host: LSA and world coincide */
 }
 

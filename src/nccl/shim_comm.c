@@ -25,36 +25,121 @@
 
 /* ------------------------------------------------------------------ comm handles */
 
-ncclResult_t shim_check_comm(ncclComm_t comm, const char *where) {
+/* Guards every communicator's magic, calls, calls_real, dying, waiters and the graveyard; the
+ * condition wakes teardowns waiting for calls to drain. One lock for all: taken twice per call,
+ * never across a call's work. */
+static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t handle_drained = PTHREAD_COND_INITIALIZER;
+
+/* Dead handles, oldest first. Their memory is reused by new communicators only once more than
+ * SHIM_GRAVEYARD of them wait, so that a stale handle keeps failing cleanly for a long while and
+ * the memory kept stays bounded (a few hundred bytes each). */
+#define SHIM_GRAVEYARD 64
+static struct ncclComm *dead_first, *dead_last;
+static int ndead;
+
+static uint64_t magic_of(ncclComm_t comm) {
+    return __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);
+}
+
+static ncclResult_t dying_error(ncclComm_t comm, const char *where) {
+    if (comm->dying == SHIM_ABORTING)
+        return shim_fail(ncclRemoteError, "%s: comm (rank %d) was aborted (ncclCommAbort)", where,
+                         comm->rank);
+    return shim_fail(ncclInvalidUsage, "%s: comm (rank %d) is being destroyed (ncclCommDestroy)",
+                     where, comm->rank);
+}
+
+/* Holds comm for call; live: refuses a communicator whose teardown has begun. */
+static ncclResult_t comm_enter(shim_call_t *call, ncclComm_t comm, int live, const char *where) {
+    if (call->comm) return ncclSuccess; /* held since an earlier check of this call */
     if (!comm) return shim_fail(ncclInvalidArgument, "%s: comm is NULL", where);
-    if (comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(ncclInvalidArgument,
-                         "%s: comm %p is not a live communicator of this library", where,
-                         (void *)comm);
+    pthread_mutex_lock(&handle_lock);
+    ncclResult_t res = ncclSuccess;
+    uint64_t magic = magic_of(comm);
+    if (magic == SHIM_COMM_DEAD)
+        res = shim_fail(ncclInvalidArgument,
+                        "%s: comm %p was destroyed or aborted (a handle is dead once "
+                        "ncclCommDestroy or ncclCommAbort returns)",
+                        where, (void *)comm);
+    else if (magic != SHIM_COMM_MAGIC)
+        res =
+            shim_fail(ncclInvalidArgument, "%s: comm %p is not a live communicator of this library",
+                      where, (void *)comm);
+    else if (comm->closed)
+        res = shim_fail(ncclInvalidUsage, "%s: comm (rank %d) is being %s", where, comm->rank,
+                        comm->dying == SHIM_ABORTING ? "aborted (ncclCommAbort)"
+                                                     : "destroyed (ncclCommDestroy)");
+    else if (live && comm->dying)
+        res = dying_error(comm, where);
+    if (res == ncclSuccess) {
+        comm->calls++;
+        call->comm = comm;
+    }
+    pthread_mutex_unlock(&handle_lock);
+    return res;
+}
+
+void shim_leave(shim_call_t *call) {
+    struct ncclComm *c = call->comm;
+    if (!c) return;
+    pthread_mutex_lock(&handle_lock);
+    c->calls--;
+    if (call->in_real) c->calls_real--;
+    if (c->waiters) pthread_cond_broadcast(&handle_drained);
+    pthread_mutex_unlock(&handle_lock);
+    call->comm = NULL;
+}
+
+ncclResult_t shim_check_comm(shim_call_t *call, ncclComm_t comm, const char *where) {
+    ncclResult_t res = comm_enter(call, comm, 0, where);
+    if (res != ncclSuccess) return res;
     if (comm->init_error != ncclSuccess)
         return shim_fail(comm->init_error, "%s: comm (rank %d) failed to initialise", where,
                          comm->rank);
     return ncclSuccess;
 }
 
-ncclResult_t shim_check_live(ncclComm_t comm, const char *where) {
-    ncclResult_t res = shim_check_comm(comm, where);
-    if (res != ncclSuccess || !comm->cc) return res;
+ncclResult_t shim_check_live(shim_call_t *call, ncclComm_t comm, const char *where) {
+    ncclResult_t res = comm_enter(call, comm, 1, where);
+    if (res != ncclSuccess) return res;
+    if (comm->init_error != ncclSuccess)
+        return shim_fail(comm->init_error, "%s: comm (rank %d) failed to initialise", where,
+                         comm->rank);
+    if (!comm->cc) return ncclSuccess;
     int rc = cchan_comm_check(comm->cc, where);
     return rc ? shim_fail_cchan(rc, where) : ncclSuccess;
+}
+
+ncclResult_t shim_enter_real(shim_call_t *call, const char *where) {
+    struct ncclComm *c = call->comm;
+    if (!c || call->in_real) return ncclSuccess;
+    ncclResult_t res = ncclSuccess;
+    pthread_mutex_lock(&handle_lock);
+    if (c->dying) {
+        res = dying_error(c, where);
+    } else {
+        c->calls_real++;
+        call->in_real = 1;
+    }
+    pthread_mutex_unlock(&handle_lock);
+    return res;
 }
 
 /* A communicator of the fallback NCCL itself, not one of this library's. Such handles arrive when
  * the fallback was already loaded into the global scope before this shim loaded it (a framework
  * preloading its own copy), so that the fallback's internal calls to its exported functions bind
- * to this shim's exports: NCCL's argument checks call ncclCommGetAsyncError on its own handle. */
+ * to this shim's exports: NCCL's argument checks call ncclCommGetAsyncError on its own handle. A
+ * dead handle of this library is not one: its memory is kept and says so. */
 int shim_foreign_comm(ncclComm_t comm) {
-    return comm != NULL && comm->magic != SHIM_COMM_MAGIC && shim_real() != NULL;
+    if (!comm) return 0;
+    uint64_t magic = magic_of(comm);
+    return magic != SHIM_COMM_MAGIC && magic != SHIM_COMM_DEAD && shim_real() != NULL;
 }
 
-ncclResult_t shim_real_comm(ncclComm_t comm, const char *where, const shim_real_t **r,
-                            ncclComm_t *real) {
-    ncclResult_t res = shim_check_live(comm, where);
+ncclResult_t shim_real_comm(shim_call_t *call, ncclComm_t comm, const char *where,
+                            const shim_real_t **r, ncclComm_t *real) {
+    ncclResult_t res = shim_check_live(call, comm, where);
     if (res != ncclSuccess) return res;
     const shim_real_t *lib = shim_real();
     if (!lib || !comm->real)
@@ -62,19 +147,60 @@ ncclResult_t shim_real_comm(ncclComm_t comm, const char *where, const shim_real_
                          "%s: not implemented by cchan for these arguments and no fallback NCCL "
                          "communicator exists (%s)",
                          where, lib ? "a rank had no fallback NCCL at init" : shim_real_why());
+    res = shim_enter_real(call, where);
+    if (res != ncclSuccess) return res;
     *r = lib;
     *real = comm->real;
     return ncclSuccess;
 }
 
 static struct ncclComm *comm_new(int rank, int nranks, int device) {
-    struct ncclComm *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->magic = SHIM_COMM_MAGIC;
+    struct ncclComm *c = NULL;
+    pthread_mutex_lock(&handle_lock);
+    if (ndead > SHIM_GRAVEYARD) {
+        c = dead_first;
+        dead_first = c->next_dead;
+        if (!dead_first) dead_last = NULL;
+        ndead--;
+    }
+    pthread_mutex_unlock(&handle_lock);
+    if (c) {
+        memset(c, 0, sizeof *c);
+    } else {
+        c = calloc(1, sizeof *c);
+        if (!c) return NULL;
+    }
     c->rank = rank;
     c->nranks = nranks;
     c->device = device;
+    __atomic_store_n(&c->magic, SHIM_COMM_MAGIC, __ATOMIC_RELEASE);
     return c;
+}
+
+/* Marks c dead (no call holds it, or can: its teardown has drained them). */
+static void comm_kill(struct ncclComm *c) {
+    pthread_mutex_lock(&handle_lock);
+    __atomic_store_n(&c->magic, SHIM_COMM_DEAD, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&handle_drained); /* a second abort waits for this (teardown_again) */
+    pthread_mutex_unlock(&handle_lock);
+}
+
+/* Releases the wrapper of a dead (or never handed out) communicator into the graveyard. */
+static void comm_release(struct ncclComm *c) {
+    free(c->windows);
+    c->windows = NULL;
+    c->nwindows = 0;
+    pthread_mutex_lock(&handle_lock);
+    __atomic_store_n(&c->magic, SHIM_COMM_DEAD, __ATOMIC_RELEASE);
+    c->next_dead = NULL;
+    if (dead_last)
+        dead_last->next_dead = c;
+    else
+        dead_first = c;
+    dead_last = c;
+    ndead++;
+    pthread_cond_broadcast(&handle_drained);
+    pthread_mutex_unlock(&handle_lock);
 }
 
 /* 1: this rank wants the cchan paths, 0: not (why says so), -1: a variable is malformed (why holds
@@ -130,22 +256,47 @@ static int clique_join(struct ncclComm *c, const ncclUniqueId *id) {
     return 0;
 }
 
+/* The cchan side's teardown. Its barrier is collective; on an aborted communicator (this rank's
+ * ncclCommAbort, or a peer's) it ends at once with the abort's error, and the rest is local: then
+ * everything is released all the same and the error is not reported, as the abort already was. */
 static void *cchan_side_destroy(void *arg) {
     struct ncclComm *c = arg;
+    int aborted = c->cc && cchan_comm_check(c->cc, "ncclCommDestroy") != 0;
     int rc = 0;
-    if (c->coll) rc = cchan_coll_destroy(c->coll);
-    if (rc) {
-        shim_fail_coll(rc, "ncclCommDestroy: cchan_coll_destroy");
-        return (void *)(intptr_t)rc;
+    if (c->coll) {
+        rc = cchan_coll_destroy(c->coll); /* releases the coll object even when it fails */
+        if (rc && !aborted) shim_fail_coll(rc, "ncclCommDestroy: cchan_coll_destroy");
     }
-    if (!rc && c->cc) rc = cchan_comm_destroy(c->cc);
-    if (!rc && c->bs) rc = cchan_bootstrap_destroy(c->bs);
-    if (rc) shim_fail_cchan(rc, "ncclCommDestroy (cchan side)");
+    if (c->cc) {
+        aborted = aborted || cchan_comm_check(c->cc, "ncclCommDestroy") != 0;
+        pthread_mutex_lock(&handle_lock);
+        cchan_comm_t *cc = c->cc;
+        c->cc = NULL; /* no abort of another thread (teardown_again) reaches it any more */
+        pthread_mutex_unlock(&handle_lock);
+        int st = cchan_comm_destroy(cc);
+        if (st && !rc) {
+            shim_fail_cchan(st, "ncclCommDestroy: cchan_comm_destroy");
+            rc = st;
+        }
+    } else if (c->bs) {
+        int st = cchan_bootstrap_destroy(c->bs);
+        if (st && !rc) {
+            shim_fail_cchan(st, "ncclCommDestroy: cchan_bootstrap_destroy");
+            rc = st;
+        }
+    }
+    c->coll = NULL;
+    c->bs = NULL;
+    if (aborted) {
+        SHIM_INFO("rank %d: the cchan side of an aborted communicator released", c->rank);
+        rc = 0;
+    }
     return (void *)(intptr_t)rc;
 }
 
 /* Destroys the cchan side of comm now or, for a clique of several local members, together with
- * the others when the last is destroyed (their teardown is collective). Frees the wrapper(s). */
+ * the others when the last is destroyed (their teardown is collective). Marks comm dead and puts
+ * the wrappers whose cchan side is gone into the graveyard. */
 static int clique_leave(struct ncclComm *c) {
     shim_clique_t *q = c->clique;
     struct ncclComm **batch = NULL;
@@ -171,6 +322,8 @@ static int clique_leave(struct ncclComm *c) {
         if (batch) batch[n++] = c;
     }
     pthread_mutex_unlock(&clique_lock);
+    /* Dead now, its cchan side destroyed with the clique's last member (below, or later). */
+    if (!batch || n == 0) comm_kill(c);
     int rc = 0;
     if (n == 1) {
         rc = (int)(intptr_t)cchan_side_destroy(batch[0]);
@@ -189,11 +342,7 @@ static int clique_leave(struct ncclComm *c) {
         }
         free(th);
     }
-    for (int i = 0; i < n; i++) {
-        batch[i]->magic = 0;
-        free(batch[i]->windows);
-        free(batch[i]);
-    }
+    for (int i = 0; i < n; i++) comm_release(batch[i]);
     free(batch);
     return rc;
 }
@@ -571,18 +720,21 @@ static ncclResult_t window_outside_group(struct ncclComm *c, pending_kind_t kind
 SHIM_DEFINE(ncclResult_t, ncclCommWindowRegister,
             (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags)) {
     shim_clear_error();
-    ncclResult_t res = shim_check_live(comm, "ncclCommWindowRegister");
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_live(&call, comm, "ncclCommWindowRegister");
     if (res != ncclSuccess) return res;
     if (!win) return shim_fail(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
     const shim_real_t *r = shim_real();
     if (comm->real && r && r->ncclCommWindowRegister) {
+        res = shim_enter_real(&call, "ncclCommWindowRegister");
+        if (res != ncclSuccess) return res;
         res = r->ncclCommWindowRegister(comm->real, buff, size, win, winFlags);
         if (res != ncclSuccess) return res;
     } else if (comm->coll) {
         *win = (ncclWindow_t)buff; /* cchan's handle: the buffer */
     } else {
         ncclComm_t real = NULL;
-        return shim_real_comm(comm, "ncclCommWindowRegister", &r, &real) != ncclSuccess
+        return shim_real_comm(&call, comm, "ncclCommWindowRegister", &r, &real) != ncclSuccess
                    ? ncclInvalidUsage
                    : shim_fail(ncclInvalidUsage,
                                "ncclCommWindowRegister: the fallback NCCL lacks it");
@@ -601,7 +753,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommWindowRegister,
 
 SHIM_DEFINE(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
     shim_clear_error();
-    ncclResult_t res = shim_check_comm(comm, "ncclCommWindowDeregister");
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_comm(&call, comm, "ncclCommWindowDeregister");
     if (res != ncclSuccess) return res;
     void *ptr = window_take(comm, win);
     if (ptr && comm->coll) {
@@ -616,7 +769,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow
     }
     const shim_real_t *r = shim_real();
     if (comm->real && r && r->ncclCommWindowDeregister) {
-        ncclResult_t rr = r->ncclCommWindowDeregister(comm->real, win);
+        ncclResult_t rr = shim_enter_real(&call, "ncclCommWindowDeregister");
+        if (rr == ncclSuccess) rr = r->ncclCommWindowDeregister(comm->real, win);
         if (res == ncclSuccess) res = rr;
     }
     return res;
@@ -680,8 +834,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
         res = init_now(c, id, config);
     }
     if (res != ncclSuccess) {
-        c->magic = 0;
-        free(c);
+        comm_release(c);
         return res;
     }
     *out = c;
@@ -742,7 +895,9 @@ static ncclResult_t wrap_child(ncclComm_t parent, ncclComm_t *newcomm, int color
 SHIM_DEFINE(ncclResult_t, ncclCommSplit,
             (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)) {
     shim_clear_error();
-    ncclResult_t res = shim_check_live(comm, "ncclCommSplit");
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_live(&call, comm, "ncclCommSplit");
+    if (res == ncclSuccess && comm->real) res = shim_enter_real(&call, "ncclCommSplit");
     if (res != ncclSuccess) return res;
     if (!newcomm) return shim_fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
     return wrap_child(comm, newcomm, color, key, config, "ncclCommSplit");
@@ -761,14 +916,14 @@ static ncclResult_t wrap_child(ncclComm_t parent, ncclComm_t *newcomm, int color
         res = r->ncclCommSplit(parent->real, color, key, &c->real, config);
         if (res == ncclInProgress && group_depth == 0) res = wait_real_init(r, c->real, res);
         if (res != ncclSuccess) {
-            free(c);
+            comm_release(c);
             return res;
         }
     }
     if (group_depth > 0) {
         /* The fallback fills c->real at ncclGroupEnd; the cchan side stays off. */
         if (color == NCCL_SPLIT_NOCOLOR) {
-            free(c);
+            comm_release(c);
             *newcomm = NULL;
             return ncclSuccess;
         }
@@ -792,12 +947,12 @@ static ncclResult_t wrap_child(ncclComm_t parent, ncclComm_t *newcomm, int color
     if (rc) {
         free(all);
         if (c->real && r) r->ncclCommDestroy(c->real);
-        free(c);
+        comm_release(c);
         return shim_fail_cchan(rc, where);
     }
     if (color == NCCL_SPLIT_NOCOLOR) {
         free(all);
-        free(c);
+        comm_release(c);
         *newcomm = NULL;
         return ncclSuccess;
     }
@@ -823,7 +978,7 @@ static ncclResult_t wrap_child(ncclComm_t parent, ncclComm_t *newcomm, int color
         res = shim_fail(ncclSystemError, "%s: out of memory", where);
     if (res != ncclSuccess) {
         if (c->real && r) r->ncclCommDestroy(c->real);
-        free(c);
+        comm_release(c);
         return res;
     }
     SHIM_INFO("%s: comm %p rank %d/%d (colour %d) from parent rank %d/%d: cchan paths %s%s%s",
@@ -839,7 +994,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommShrink,
     shim_clear_error();
     const shim_real_t *r = NULL;
     ncclComm_t real = NULL;
-    ncclResult_t res = shim_real_comm(comm, "ncclCommShrink", &r, &real);
+    SHIM_CALL(call);
+    ncclResult_t res = shim_real_comm(&call, comm, "ncclCommShrink", &r, &real);
     if (res != ncclSuccess) return res;
     if (!r->ncclCommShrink)
         return shim_fail(ncclInvalidUsage, "ncclCommShrink: the fallback NCCL lacks it");
@@ -850,12 +1006,12 @@ SHIM_DEFINE(ncclResult_t, ncclCommShrink,
     res =
         r->ncclCommShrink(real, excludeRanksList, excludeRanksCount, &c->real, config, shrinkFlags);
     if (res != ncclSuccess && res != ncclInProgress) {
-        free(c);
+        comm_release(c);
         return res;
     }
     snprintf(c->cchan_off, sizeof c->cchan_off, "shrunk communicator");
     if (res == ncclSuccess && !c->real) {
-        free(c);
+        comm_release(c);
         *newcomm = NULL;
         return res;
     }
@@ -865,12 +1021,64 @@ SHIM_DEFINE(ncclResult_t, ncclCommShrink,
 
 /* ------------------------------------------------------------------ teardown */
 
+/* A teardown that finds another already running: an abort escalates a destroy (aborting the cchan
+ * side ends the calls and the collective barrier the destroy waits for) and, like a second abort,
+ * waits for it to finish; a second destroy is refused. */
+static ncclResult_t teardown_again(ncclComm_t comm, int abort_it, const char *where) {
+    if (!abort_it) {
+        pthread_mutex_unlock(&handle_lock);
+        return shim_fail(ncclInvalidUsage, "%s: comm (rank %d) is already being torn down", where,
+                         comm->rank);
+    }
+    if (comm->dying == SHIM_DESTROYING) {
+        SHIM_WARN("%s: rank %d: aborting a communicator that another thread is destroying", where,
+                  comm->rank);
+        comm->dying = SHIM_ABORTING;
+        /* never blocks (cchan.h); under the lock, as the destroy may be freeing comm->cc */
+        if (comm->cc) cchan_comm_abort(comm->cc);
+        pthread_cond_broadcast(&handle_drained); /* the destroy now waits for fewer calls */
+    }
+    comm->waiters++;
+    while (magic_of(comm) == SHIM_COMM_MAGIC) pthread_cond_wait(&handle_drained, &handle_lock);
+    comm->waiters--;
+    pthread_mutex_unlock(&handle_lock);
+    return ncclSuccess;
+}
+
+/* Destroy and abort. Calls of other threads may hold comm: an abort marks it (no call starts any
+ * more), aborts the cchan side on every rank (cchan_comm_abort: their waits end with an error
+ * within about a second, peers' too), waits for the calls outside the fallback to return, aborts
+ * the fallback's communicator (which ends the calls inside it), waits for those, then frees. A
+ * destroy waits for every call to return, as NCCL's does. */
 static ncclResult_t teardown(ncclComm_t comm, int abort_it, const char *where) {
     shim_clear_error();
     if (!comm) return ncclSuccess;
-    if (comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(ncclInvalidArgument, "%s: comm %p is not a live communicator", where,
-                         (void *)comm);
+    if (abort_it)
+        SHIM_HAND_BACK(ncclCommAbort, comm, (comm));
+    else
+        SHIM_HAND_BACK(ncclCommDestroy, comm, (comm));
+    pthread_mutex_lock(&handle_lock);
+    uint64_t magic = magic_of(comm);
+    if (magic != SHIM_COMM_MAGIC) {
+        pthread_mutex_unlock(&handle_lock);
+        return shim_fail(ncclInvalidArgument, "%s: comm %p is not a live communicator%s", where,
+                         (void *)comm,
+                         magic == SHIM_COMM_DEAD ? " (it was destroyed or aborted already)" : "");
+    }
+    if (comm->dying) return teardown_again(comm, abort_it, where); /* unlocks */
+    comm->dying = abort_it ? SHIM_ABORTING : SHIM_DESTROYING;
+    if (abort_it && comm->cc) cchan_comm_abort(comm->cc);
+    if (comm->calls)
+        SHIM_INFO("%s: rank %d: waiting for %d calls of other threads to return", where, comm->rank,
+                  comm->calls);
+    comm->waiters++;
+    /* An abort leaves the calls inside the fallback to the fallback's abort below. */
+    while (comm->calls > (comm->dying == SHIM_ABORTING ? comm->calls_real : 0))
+        pthread_cond_wait(&handle_drained, &handle_lock);
+    abort_it = comm->dying == SHIM_ABORTING; /* another thread's abort may have escalated */
+    comm->waiters--;
+    pthread_mutex_unlock(&handle_lock);
+
     ncclResult_t res = ncclSuccess;
     const shim_real_t *r = shim_real();
     if (comm->real && r) {
@@ -881,17 +1089,18 @@ static ncclResult_t teardown(ncclComm_t comm, int abort_it, const char *where) {
         SHIM_INFO("%s: rank %d: the fallback NCCL's teardown returned %d", where, comm->rank,
                   (int)res);
     }
+    pthread_mutex_lock(&handle_lock);
+    comm->waiters++;
+    while (comm->calls > 0) pthread_cond_wait(&handle_drained, &handle_lock);
+    comm->waiters--;
+    comm->closed = 1; /* not even a query from here on: the cchan side goes */
     comm->real = NULL;
-    if (abort_it && comm->coll) {
-        /* Peers may be gone: a collective teardown could hang. The cchan side is left behind. */
-        SHIM_WARN("%s: rank %d: the cchan side is not torn down (its teardown is collective)",
-                  where, comm->rank);
-        comm->coll = NULL;
-        comm->cc = NULL;
-        comm->bs = NULL;
-    }
+    pthread_mutex_unlock(&handle_lock);
+
+    /* On an aborted communicator the cchan side's teardown (collective) ends at once on every rank,
+     * so that it is released here too, also when peers are gone. */
     int rank = comm->rank;
-    int rc = clique_leave(comm);
+    int rc = clique_leave(comm); /* comm is dead (and maybe reused) once it returns */
     if (rc && res == ncclSuccess) res = shim_fail_cchan(rc, where);
     SHIM_INFO("%s: rank %d: cchan side done (%d)", where, rank, rc);
     return res;
@@ -907,7 +1116,9 @@ SHIM_DEFINE(ncclResult_t, ncclCommAbort, (ncclComm_t comm)) {
 
 SHIM_DEFINE(ncclResult_t, ncclCommFinalize, (ncclComm_t comm)) {
     shim_clear_error();
-    ncclResult_t res = shim_check_comm(comm, "ncclCommFinalize");
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_comm(&call, comm, "ncclCommFinalize");
+    if (res == ncclSuccess && comm->real) res = shim_enter_real(&call, "ncclCommFinalize");
     if (res != ncclSuccess || !comm->real) return res;
     const shim_real_t *r = shim_real();
     return r->ncclCommFinalize ? r->ncclCommFinalize(comm->real) : ncclSuccess;
@@ -917,7 +1128,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags)) {
     shim_clear_error();
     const shim_real_t *r = NULL;
     ncclComm_t real = NULL;
-    ncclResult_t res = shim_real_comm(comm, "ncclCommRevoke", &r, &real);
+    SHIM_CALL(call);
+    ncclResult_t res = shim_real_comm(&call, comm, "ncclCommRevoke", &r, &real);
     if (res != ncclSuccess) return res;
     if (!r->ncclCommRevoke)
         return shim_fail(ncclInvalidUsage, "ncclCommRevoke: the fallback NCCL lacks it");

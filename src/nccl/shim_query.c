@@ -38,7 +38,16 @@ SHIM_DEFINE(const char *, ncclGetLastError, (ncclComm_t comm)) {
     if (shim_last_error()[0]) return shim_last_error();
     const shim_real_t *r = shim_real();
     if (r && r->ncclGetLastError) {
-        ncclComm_t real = comm && comm->magic == SHIM_COMM_MAGIC ? comm->real : NULL;
+        SHIM_CALL(call);
+        ncclComm_t real = NULL;
+        if (comm && !shim_foreign_comm(comm)) {
+            /* a handle that is not live asks for the fallback's global message, not for this
+             * call's own complaint about the handle */
+            if (shim_check_comm(&call, comm, "ncclGetLastError") == ncclSuccess &&
+                shim_enter_real(&call, "ncclGetLastError") == ncclSuccess)
+                real = comm->real;
+            shim_clear_error();
+        }
         return r->ncclGetLastError(real);
     }
     return "";
@@ -56,38 +65,52 @@ SHIM_DEFINE(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t 
     if (!asyncError)
         return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     SHIM_HAND_BACK(ncclCommGetAsyncError, comm, (comm, asyncError));
-    if (!comm || comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(ncclInvalidArgument, "ncclCommGetAsyncError: not a live communicator");
-    if (comm->init_error != ncclSuccess) {
-        *asyncError = comm->init_error;
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_comm(&call, comm, "ncclCommGetAsyncError");
+    if (res != ncclSuccess && !call.comm) return res; /* not a live communicator */
+    if (res != ncclSuccess) { /* an initialisation that failed (inside a group) */
+        *asyncError = res;
         return ncclSuccess;
     }
     if (comm->cc) {
-        int rc = cchan_comm_check_device(comm->cc);
+        /* a device-side wait that expired, then the communicator's abort (this rank's
+         * ncclCommAbort from another thread, a peer's, or a peer's death) */
+        int rc = cchan_comm_check_device(comm->cc), st = 0;
+        if (!rc && cchan_comm_get_async_error(comm->cc, &st) == 0) rc = st;
         if (rc) {
-            *asyncError = shim_fail_cchan(rc, "cchan collective");
+            *asyncError = shim_fail_cchan(rc, "ncclCommGetAsyncError");
             return ncclSuccess;
         }
     }
     const shim_real_t *r = shim_real();
-    if (comm->real && r) return r->ncclCommGetAsyncError(comm->real, asyncError);
+    if (comm->real && r) {
+        /* refused once a teardown began: the fallback's communicator is being torn down */
+        res = shim_enter_real(&call, "ncclCommGetAsyncError");
+        if (res != ncclSuccess) {
+            *asyncError = res;
+            return ncclSuccess;
+        }
+        return r->ncclCommGetAsyncError(comm->real, asyncError);
+    }
     *asyncError = ncclSuccess;
     return ncclSuccess;
 }
 
 /* A child of a split or shrink inside a group learns its rank from the fallback after the group. */
-static ncclResult_t learn_rank(ncclComm_t comm) {
+static ncclResult_t learn_rank(shim_call_t *call, ncclComm_t comm) {
     const shim_real_t *r = shim_real();
     if (comm->rank >= 0 || !comm->real || !r) return ncclSuccess;
-    ncclResult_t res = r->ncclCommUserRank(comm->real, &comm->rank);
+    ncclResult_t res = shim_enter_real(call, "ncclCommUserRank");
+    if (res == ncclSuccess) res = r->ncclCommUserRank(comm->real, &comm->rank);
     if (res == ncclSuccess) res = r->ncclCommCount(comm->real, &comm->nranks);
     return res;
 }
 
 SHIM_DEFINE(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count)) {
     SHIM_HAND_BACK(ncclCommCount, comm, (comm, count));
-    ncclResult_t res = shim_check_comm(comm, "ncclCommCount");
-    if (res == ncclSuccess) res = learn_rank(comm);
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_comm(&call, comm, "ncclCommCount");
+    if (res == ncclSuccess) res = learn_rank(&call, comm);
     if (res != ncclSuccess) return res;
     if (!count) return shim_fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
     *count = comm->nranks;
@@ -96,7 +119,8 @@ SHIM_DEFINE(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count)) {
 
 SHIM_DEFINE(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device)) {
     SHIM_HAND_BACK(ncclCommCuDevice, comm, (comm, device));
-    ncclResult_t res = shim_check_comm(comm, "ncclCommCuDevice");
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_comm(&call, comm, "ncclCommCuDevice");
     if (res != ncclSuccess) return res;
     if (!device) return shim_fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
     *device = comm->device;
@@ -105,8 +129,9 @@ SHIM_DEFINE(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device)
 
 SHIM_DEFINE(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank)) {
     SHIM_HAND_BACK(ncclCommUserRank, comm, (comm, rank));
-    ncclResult_t res = shim_check_comm(comm, "ncclCommUserRank");
-    if (res == ncclSuccess) res = learn_rank(comm);
+    SHIM_CALL(call);
+    ncclResult_t res = shim_check_comm(&call, comm, "ncclCommUserRank");
+    if (res == ncclSuccess) res = learn_rank(&call, comm);
     if (res != ncclSuccess) return res;
     if (!rank) return shim_fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
     *rank = comm->rank;
