@@ -19,7 +19,8 @@
 CCHAN_EXTERN_C_BEGIN
 
 typedef enum cchan_env_type {
-    CCHAN_ENV_INT = 1,  /* decimal, 0x hex or 0 octal integer within [min, max] */
+    CCHAN_ENV_INT = 1,  /* decimal, 0x hex or 0 octal digits, the whole text (no blanks, no
+                         * '+'; a leading '-' only where min < 0), within [min, max] */
     CCHAN_ENV_BOOL = 2, /* 0, 1, true, false, on, off (any case) */
     CCHAN_ENV_STR = 3,  /* any text; with `choices`, one of them (any case) */
 } cchan_env_type_t;

@@ -1,9 +1,13 @@
 """cchan.Comm: a cchan communicator from the launcher's environment, a torch.distributed process
 group or a unique id."""
 
+import contextlib
 import ctypes
+import datetime
 import operator
 import os
+import re
+import threading
 import weakref
 
 from . import _lib
@@ -63,6 +67,107 @@ def _resolve_timeout(timeout_ms):
     return DEFAULT_TIMEOUT_MS
 
 
+# The integer forms the C library accepts in the environment (docs/environment.md): decimal, 0x
+# hex or 0 octal, the whole text.
+_ENV_INT = re.compile(r"(0[xX][0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*)")
+
+
+def _env_int(name):
+    """The variable as the C library reads it, or None where it is unset, empty or malformed (the
+    library then fails its own call, naming it)."""
+    s = os.environ.get(name, "")
+    m = _ENV_INT.fullmatch(s)
+    if not m:
+        return None
+    return int(s, 16 if m.group(1) else 8 if m.group(2) else 10)
+
+
+def _deadline_ms(timeout_ms):
+    """The deadline a communicator made with timeout_ms (checked) will have: 0 for none, None
+    where CCHAN_TIMEOUT_MS is malformed."""
+    t = _resolve_timeout(timeout_ms)
+    return _env_int("CCHAN_TIMEOUT_MS") if t is None else t
+
+
+# CCHAN_BOOTSTRAP_TIMEOUT_MS's default and largest value (docs/environment.md).
+_BOOT_DEFAULT_MS = 30_000
+_BOOT_MAX_MS = 86_400_000
+# Serializes this package's temporary setting of CCHAN_BOOTSTRAP_TIMEOUT_MS (below).
+_BOOT_ENV_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _bootstrap_deadline(timeout_ms):
+    """While a communicator's bootstrap is made: a bootstrap deadline no longer than the
+    communicator's own. The bootstrap fixes its deadline when it is made, from
+    CCHAN_BOOTSTRAP_TIMEOUT_MS (default 30 s), and every host-side wait of the communicator is a
+    bootstrap step (barrier(), check_args' agreement, the collective steps of the create and
+    destroy calls): without this a caller's deadline of 3 s left a barrier waiting 30 s. The C API
+    takes the bootstrap's deadline from the environment only, so the variable is set for the
+    create call and restored after it (under a lock, against this package's other threads)."""
+    deadline = _deadline_ms(timeout_ms)
+    boot = _env_int("CCHAN_BOOTSTRAP_TIMEOUT_MS")
+    if os.environ.get("CCHAN_BOOTSTRAP_TIMEOUT_MS", "") and boot is None:
+        deadline = None  # malformed: left for the bootstrap to refuse, naming it
+    if not deadline or deadline >= (_BOOT_DEFAULT_MS if boot is None else boot):
+        yield  # no deadline, or one no shorter than the bootstrap's
+        return
+    with _BOOT_ENV_LOCK:
+        old = os.environ.get("CCHAN_BOOTSTRAP_TIMEOUT_MS")
+        os.environ["CCHAN_BOOTSTRAP_TIMEOUT_MS"] = str(min(deadline, _BOOT_MAX_MS))
+        try:
+            yield
+        finally:
+            if old is None:
+                del os.environ["CCHAN_BOOTSTRAP_TIMEOUT_MS"]
+            else:
+                os.environ["CCHAN_BOOTSTRAP_TIMEOUT_MS"] = old
+
+
+def timeout_to_ms(timeout):
+    """A torch.distributed timeout as a communicator's timeout_ms: a datetime.timedelta, seconds
+    (int or float), or an options object holding one (`_timeout`, `timeout`: torch's
+    ProcessGroup.Options, _DistributedBackendOptions); None where it holds none. Rounded up to
+    whole ms and at least 1 (0 would mean no deadline), at most the C field's largest."""
+    for attr in ("_timeout", "timeout"):
+        inner = getattr(timeout, attr, None)
+        if inner is not None and not callable(inner):
+            timeout = inner
+            break
+    if isinstance(timeout, datetime.timedelta):
+        ms = -(-timeout // datetime.timedelta(milliseconds=1))
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        ms = int(-(-timeout * 1000 // 1))
+    else:
+        return None
+    return min(max(ms, 1), _TIMEOUT_MAX)
+
+
+def group_timeout_ms(group=None):
+    """The timeout a torch.distributed process group was made with (None: the default group), in
+    ms, where this torch exposes it, else None. Ours keep it (ProcessGroupCchan); gloo and nccl
+    groups show it in `options._timeout` (torch 1.13 and 2.x), torch 2.x groups of several
+    backends in each backend's options."""
+    try:
+        import torch.distributed as dist
+
+        if group is None:
+            group = dist.distributed_c10d._get_default_group()
+        ms = timeout_to_ms(getattr(group, "_timeout", None))
+        if ms is None:
+            ms = timeout_to_ms(getattr(group, "options", None))
+        for dev in ("cuda", "cpu"):
+            if ms is not None or not hasattr(group, "_get_backend"):
+                break
+            try:
+                ms = timeout_to_ms(getattr(group._get_backend(torch.device(dev)), "options", None))
+            except (RuntimeError, ValueError, TypeError, AttributeError):
+                pass  # no backend for this device
+        return ms
+    except (ImportError, RuntimeError, ValueError, TypeError, AttributeError):
+        return None  # not initialized, or a torch that exposes none of these: Comm's default
+
+
 def _resolve_platform(platform):
     if platform is None or platform == "auto":
         return "cuda" if torch.cuda.is_available() and cuda_built() else "host"
@@ -118,9 +223,14 @@ class Comm:
     CUDA (an int, 'cuda:N' or a torch.device); None takes torch's current device where the
     application chose one (torch.cuda.set_device), else the launcher's local rank modulo the GPUs
     torch sees, by the same rule in every constructor; either way it becomes torch's current
-    device, and `comm.device` is the GPU the C library runs on. timeout_ms: deadline of
-    device-side waits in ms, 0 for none (None: CCHAN_TIMEOUT_MS
-    where set, else DEFAULT_TIMEOUT_MS, ten minutes); `comm.timeout_ms` is the one in force.
+    device, and `comm.device` is the GPU the C library runs on. timeout_ms: the deadline in ms, 0
+    for none; default (None): CCHAN_TIMEOUT_MS where set, else DEFAULT_TIMEOUT_MS, ten minutes
+    (from_process_group: the group's timeout first, where torch shows it); `comm.timeout_ms` is
+    the one in force. It bounds every device-side wait, and the host-side ones too (barrier(),
+    check_args' agreement, the collective steps of create and close calls: bootstrap steps,
+    whose own deadline, CCHAN_BOOTSTRAP_TIMEOUT_MS or 30 s, is lowered to it where it is
+    shorter), so no call waits for a peer longer than timeout_ms (a bootstrap step's non-root
+    ranks wait up to 1.5 times as long, for the root's report of who is missing).
     check_args (default: CCHAN_PY_CHECK_ARGS=1 in the environment): before each collective or MoE
     call, the ranks compare the call's shape over the bootstrap (a host all-gather) and all raise
     ValueError naming the argument where they disagree, instead of waiting for data that never
@@ -144,8 +254,9 @@ class Comm:
         self._live_mem = 0  # cchan.empty() allocations still viewed by tensors
         bs = ctypes.c_void_p()
         if _bootstrap is None:
-            check(lib.cchan_bootstrap_create_from_env(ctypes.byref(bs)),
-                  "cchan_bootstrap_create_from_env")
+            with _bootstrap_deadline(timeout_ms):
+                check(lib.cchan_bootstrap_create_from_env(ctypes.byref(bs)),
+                      "cchan_bootstrap_create_from_env")
         else:
             bs = _bootstrap
         try:
@@ -162,8 +273,9 @@ class Comm:
                 raise ValueError(f"device: the host platform runs on the CPU, got {device!r}")
             cfg = _lib.comm_config(_PLATFORMS[plat], dev, _resolve_timeout(timeout_ms))
             out = ctypes.c_void_p()
-            check(lib.cchan_comm_create(bs, ctypes.byref(cfg), ctypes.byref(out)),
-                  "cchan_comm_create")
+            with _bootstrap_deadline(timeout_ms):  # its memory exchange reads the variable too
+                check(lib.cchan_comm_create(bs, ctypes.byref(cfg), ctypes.byref(out)),
+                      "cchan_comm_create")
         except BaseException:
             lib.cchan_bootstrap_destroy(bs)
             raise
@@ -201,8 +313,10 @@ class Comm:
         u = _lib.UniqueId()
         ctypes.memmove(u.internal, bytes(uid), 128)
         bs = ctypes.c_void_p()
-        check(_lib.core().cchan_bootstrap_create(ctypes.byref(u), rank, size, ctypes.byref(bs)),
-              "cchan_bootstrap_create")
+        with _bootstrap_deadline(timeout_ms):
+            check(_lib.core().cchan_bootstrap_create(ctypes.byref(u), rank, size,
+                                                     ctypes.byref(bs)),
+                  "cchan_bootstrap_create")
         return cls(platform, device, timeout_ms, check_args=check_args, _bootstrap=bs)
 
     @classmethod
@@ -212,7 +326,9 @@ class Comm:
         the group makes the unique id and broadcasts it over the group (gloo: a CPU tensor, nccl:
         a CUDA tensor). device None: as Comm's, where no launcher names a local rank the
         global rank modulo the GPUs (torch.distributed's guess); never the rank in the group,
-        which for a subgroup names another process's GPU."""
+        which for a subgroup names another process's GPU. timeout_ms None: the group's timeout
+        (init_process_group's or new_group's `timeout`, which the caller gave torch) where torch
+        shows it (group_timeout_ms), else as Comm's."""
         import torch.distributed as dist
 
         _check_timeout(timeout_ms)
@@ -220,6 +336,8 @@ class Comm:
             raise ValueError("group: torch.distributed is not initialized "
                              "(call torch.distributed.init_process_group first)")
         g = group if group is not None else dist.group.WORLD
+        if timeout_ms is None:
+            timeout_ms = group_timeout_ms(g)
         rank, size = dist.get_rank(g), dist.get_world_size(g)
         plat = _resolve_platform(platform)
         if plat == "cuda":

@@ -92,16 +92,20 @@ class ProcessGroupCchan(_dist().ProcessGroup):
 
     def __init__(self, store, rank, size, timeout, platform="auto"):
         super().__init__(rank, size)
-        from .comm import Comm, unique_id
+        from .comm import Comm, timeout_to_ms, unique_id
 
         dist = _dist()
         self._timeout = timeout
+        # The group's timeout (init_process_group's or new_group's) is the caller's deadline for
+        # every operation of the group: the communicator's device-side and host-side waits end
+        # with it, as gloo's do, not at cchan's own defaults (ten minutes, 30 s).
+        timeout_ms = timeout_to_ms(timeout)
         if rank == 0:
             uid = unique_id()
             store.set(_UID_KEY, uid.hex())
         else:
             uid = bytes.fromhex(bytes(store.get(_UID_KEY)).decode())
-        self.comm = Comm.from_unique_id(uid, rank, size, platform=platform)
+        self.comm = Comm.from_unique_id(uid, rank, size, platform=platform, timeout_ms=timeout_ms)
         self.fallback = dist.ProcessGroupGloo(dist.PrefixStore("cchan-gloo/", store), rank, size,
                                               timeout)
         self.cchan_calls = 0  # collectives cchan ran (the rest went to the fallback)
@@ -299,6 +303,9 @@ def register_backend(name=BACKEND_NAME, platform="auto"):
     if name.upper() in getattr(Backend, "_plugins", {}):
         return name
 
+    # torch calls the creator (extended_api=False) as creator(store, rank, size, timeout), timeout
+    # the group's datetime.timedelta (init_process_group's or new_group's; torch's default, 30
+    # minutes, where the caller gave none): 1.13 and 2.x alike.
     def create(store, rank, size, timeout=datetime.timedelta(minutes=30)):
         return ProcessGroupCchan(store, rank, size, timeout, platform=platform)
 

@@ -140,14 +140,32 @@ static int env_entry(const char *name, cchan_env_type_t type, const void *out,
     return 0;
 }
 
-/* Strict: the whole text is one integer that fits int64_t (strtoll alone skips leading blanks). */
-static int parse_int(const char *v, int64_t *out) {
-    if (isspace((unsigned char)v[0])) return -1;
+/* The documented integer forms (docs/environment.md), and nothing else: decimal, 0x hex or 0
+ * octal digits, the whole text, after a '-' only where negatives are allowed. strtoll and
+ * strtoull alone also take leading blanks and a '+', and strtoull negates "-1" into 2^64 - 1: a
+ * value with a typo must fail, not run with a guess. Within int64_t, the registry's type, also
+ * for the unsigned readers (2^63 is refused, not wrapped).
+ * Returns 0, PARSE_FORM for another form, PARSE_RANGE for a value past int64_t. */
+#define PARSE_FORM (-1)
+#define PARSE_RANGE (-2)
+#define FORM_TEXT "decimal, 0x hex or 0 octal digits, the whole text (no blanks, no '+')"
+
+static int parse_int(const char *v, int allow_negative, int64_t *out) {
+    const char *p = v;
+    int neg = p[0] == '-';
+    if (neg) {
+        if (!allow_negative) return PARSE_FORM;
+        p++;
+    }
+    if (!isdigit((unsigned char)p[0])) return PARSE_FORM; /* blanks, signs, nothing */
     char *end;
     errno = 0;
-    long long x = strtoll(v, &end, 0);
-    if (errno || end == v || *end != '\0') return -1;
-    *out = (int64_t)x;
+    unsigned long long x = strtoull(p, &end, 0);
+    if (*end != '\0') return PARSE_FORM;
+    const unsigned long long lim = (unsigned long long)INT64_MAX + (neg ? 1u : 0u);
+    if (errno == ERANGE || x > lim) return PARSE_RANGE;
+    if (errno) return PARSE_FORM;
+    *out = !neg ? (int64_t)x : x == lim ? INT64_MIN : -(int64_t)x;
     return 0;
 }
 
@@ -157,9 +175,11 @@ int cchan_env_get_int(const char *name, int64_t *out) {
     if (r) return r;
     const char *v = cchani_env_str(name);
     int64_t x = e->dflt;
-    if (v && (parse_int(v, &x) || x < e->min || x > e->max))
-        return cchani_error(-EINVAL, "environment", "%s='%s': want an integer in %lld..%lld", name,
-                            v, (long long)e->min, (long long)e->max);
+    if (v && (parse_int(v, e->min < 0, &x) || x < e->min || x > e->max))
+        return cchani_error(-EINVAL, "environment",
+                            "%s='%s': want an integer in %lld..%lld, " FORM_TEXT "%s", name, v,
+                            (long long)e->min, (long long)e->max,
+                            e->min < 0 ? ", a leading '-' for a negative value" : "");
     *out = x;
     return 0;
 }
@@ -220,8 +240,16 @@ int cchani_env_i64(const char *name, int64_t dflt, int64_t *out) {
         return 0;
     }
     int64_t x;
-    if (parse_int(v, &x))
-        return cchani_error(-EINVAL, "environment", "%s='%s' is not an integer", name, v);
+    int r = parse_int(v, 1, &x);
+    if (r == PARSE_RANGE)
+        return cchani_error(-EINVAL, "environment",
+                            "%s='%s' is out of range: want an integer in %lld..%lld", name, v,
+                            (long long)INT64_MIN, (long long)INT64_MAX);
+    if (r)
+        return cchani_error(-EINVAL, "environment",
+                            "%s='%s' is not an integer: want " FORM_TEXT
+                            ", a leading '-' for a negative value",
+                            name, v);
     *out = x;
     return 0;
 }
@@ -232,13 +260,16 @@ int cchani_env_u64(const char *name, uint64_t dflt, uint64_t *out) {
         *out = dflt;
         return 0;
     }
-    char *end;
-    errno = 0;
-    if (v[0] == '-')
-        return cchani_error(-EINVAL, "environment", "%s='%s' must not be negative", name, v);
-    unsigned long long x = strtoull(v, &end, 0);
-    if (errno || end == v || *end != '\0')
-        return cchani_error(-EINVAL, "environment", "%s='%s' is not an unsigned integer", name, v);
+    int64_t x;
+    int r = parse_int(v, 0, &x);
+    if (r == PARSE_RANGE)
+        return cchani_error(-EINVAL, "environment",
+                            "%s='%s' is out of range: want an integer in 0..%lld", name, v,
+                            (long long)INT64_MAX);
+    if (r)
+        return cchani_error(-EINVAL, "environment",
+                            "%s='%s' is not an unsigned integer: want " FORM_TEXT ", no '-'", name,
+                            v);
     *out = (uint64_t)x;
     return 0;
 }

@@ -1,4 +1,5 @@
 /* cchan logging: off unless CCHAN_DEBUG is set. */
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -66,7 +67,14 @@ static void open_file(const char *pattern) {
         return;
     }
     log_file = fopen(path, "a");
-    if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+    if (!log_file) {
+        /* Still logged, to stderr; said (once: this runs once a process) so that a log missing
+         * from where it was asked for does not look like a quiet run. */
+        fprintf(stderr, "cchan: CCHAN_DEBUG_FILE: cannot open '%s' (%s); logging to stderr\n", path,
+                strerror(errno));
+        return;
+    }
+    setvbuf(log_file, NULL, _IOLBF, 0);
 }
 
 static void log_init(void) {

@@ -19,6 +19,12 @@ static void assert_env_error(int rc, const char *const *want) {
             fail_msg("last error '%s' lacks '%s'", cchan_last_error(), *want);
 }
 
+/* As assert_env_error, for name=text set in the environment: names the value that got through. */
+static void assert_refused(int rc, const char *name, const char *text, const char *const *want) {
+    if (rc != -EINVAL) fail_msg("%s='%s': call returned %d, want -EINVAL", name, text, rc);
+    assert_env_error(rc, want);
+}
+
 static void test_registry(void **state) {
     (void)state;
     assert_true(cchan_env_count() > 0);
@@ -59,6 +65,110 @@ static void test_int(void **state) {
         assert_int_equal(v, 5); /* untouched on failure */
     }
     unsetenv("CCHAN_COLL_CE_REGIONS");
+}
+
+/* Exactly the documented integer forms (decimal, 0x hex, 0 octal; '-' only where the range has
+ * negatives). Before, strtoll took a '+' and leading blanks, so "+4" read as 4. */
+static void test_int_forms(void **state) {
+    (void)state;
+    static const struct {
+        const char *name, *text;
+        int64_t value;
+    } good[] = {{"CCHAN_COLL_ZC_AG_MAX", "0", 0},
+                {"CCHAN_COLL_ZC_AG_MAX", "12", 12},
+                {"CCHAN_COLL_ZC_AG_MAX", "0x1F", 31},
+                {"CCHAN_COLL_ZC_AG_MAX", "010", 8},
+                {"CCHAN_COLL_ZC_AG_MAX", "9223372036854775807", INT64_MAX},
+                {"CCHAN_COLL_CE_SM_PERMILLE", "-1", -1},
+                {"CCHAN_COLL_CE_SM_PERMILLE", "-0", 0}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t v = 5;
+        setenv(good[i].name, good[i].text, 1);
+        assert_int_equal(cchan_env_get_int(good[i].name, &v), 0);
+        assert_int_equal(v, good[i].value);
+        unsetenv(good[i].name);
+    }
+    static const struct {
+        const char *name, *text;
+    } bad[] = {
+        {"CCHAN_COLL_ZC_AG_MAX", "+4"},
+        {"CCHAN_COLL_ZC_AG_MAX", "+0x10"},
+        {"CCHAN_COLL_ZC_AG_MAX", " 4"},
+        {"CCHAN_COLL_ZC_AG_MAX", "\t4"},
+        {"CCHAN_COLL_ZC_AG_MAX", "4 "},
+        {"CCHAN_COLL_ZC_AG_MAX", "4\n"},
+        {"CCHAN_COLL_ZC_AG_MAX", "-0"},
+        {"CCHAN_COLL_ZC_AG_MAX", "0x"},
+        {"CCHAN_COLL_ZC_AG_MAX", "0x-1"},
+        {"CCHAN_COLL_ZC_AG_MAX", "08"},
+        {"CCHAN_COLL_ZC_AG_MAX", "-"},
+        {"CCHAN_COLL_ZC_AG_MAX", "+"},
+        {"CCHAN_COLL_ZC_AG_MAX", "4k"},
+        {"CCHAN_COLL_ZC_AG_MAX", "9223372036854775808"},
+        {"CCHAN_COLL_ZC_AG_MAX", "0x8000000000000000"},
+        {"CCHAN_COLL_CE_SM_PERMILLE", "+1"},
+        {"CCHAN_COLL_CE_SM_PERMILLE", "- 1"},
+        {"CCHAN_COLL_CE_SM_PERMILLE", "-+1"},
+        {"CCHAN_COLL_CE_SM_PERMILLE", "--1"},
+        {"CCHAN_COLL_CE_SM_PERMILLE", " -1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t v = 5;
+        setenv(bad[i].name, bad[i].text, 1);
+        const char *want[] = {bad[i].name, bad[i].text, "decimal, 0x hex or 0 octal", NULL};
+        assert_refused(cchan_env_get_int(bad[i].name, &v), bad[i].name, bad[i].text, want);
+        assert_int_equal(v, 5);
+        unsetenv(bad[i].name);
+    }
+}
+
+/* The runtime's own readers (cchani_env_i64/u64, behind the bootstrap's variables) refuse the
+ * same forms. Before, " 1000" read as 1000 ms of bootstrap deadline (strtoull skips blanks), "+5"
+ * as port 5 and 2^63 passed the unsigned reader. */
+static void test_runtime_readers(void **state) {
+    (void)state;
+    cchan_unique_id_t id;
+    static const struct {
+        const char *name, *text, *want;
+    } bad[] = {
+        {"CCHAN_BOOTSTRAP_PORT", "+0", "not an unsigned integer"},
+        {"CCHAN_BOOTSTRAP_PORT", " 0", "not an unsigned integer"},
+        {"CCHAN_BOOTSTRAP_PORT", "-0", "not an unsigned integer"},
+        {"CCHAN_BOOTSTRAP_PORT", "9223372036854775808", "out of range"},
+        {"CCHAN_BOOTSTRAP_PORT", "18446744073709551616", "out of range"},
+        {"CCHAN_TEST_WIRE_VERSION", "+1", "not an integer"},
+        {"CCHAN_TEST_WIRE_VERSION", " 1", "not an integer"},
+        {"CCHAN_TEST_WIRE_VERSION", "-9223372036854775809", "out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv(bad[i].name, bad[i].text, 1);
+        const char *want[] = {bad[i].name, bad[i].text, bad[i].want, NULL};
+        assert_refused(cchan_get_unique_id(&id), bad[i].name, bad[i].text, want);
+        unsetenv(bad[i].name);
+    }
+    /* the accepted forms still work: an id for a free port, then a bootstrap of one rank */
+    setenv("CCHAN_BOOTSTRAP_PORT", "0", 1);
+    setenv("CCHAN_TEST_WIRE_VERSION", "-0", 1); /* read, then refused by its range: 1..65535 */
+    const char *range[] = {"CCHAN_TEST_WIRE_VERSION", "outside 1..65535", NULL};
+    assert_env_error(cchan_get_unique_id(&id), range);
+    unsetenv("CCHAN_TEST_WIRE_VERSION");
+    assert_int_equal(cchan_get_unique_id(&id), 0);
+    unsetenv("CCHAN_BOOTSTRAP_PORT");
+    static const char *const bad_timeouts[] = {" 1000", "+1000", "1000 ", NULL};
+    for (int i = 0; bad_timeouts[i]; i++) {
+        cchan_bootstrap_t *bs = NULL;
+        setenv("CCHAN_BOOTSTRAP_TIMEOUT_MS", bad_timeouts[i], 1);
+        const char *want[] = {"CCHAN_BOOTSTRAP_TIMEOUT_MS", bad_timeouts[i],
+                              "decimal, 0x hex or 0 octal", NULL};
+        assert_refused(cchan_bootstrap_create(&id, 0, 1, &bs), "CCHAN_BOOTSTRAP_TIMEOUT_MS",
+                       bad_timeouts[i], want);
+        assert_null(bs);
+    }
+    cchan_bootstrap_t *bs = NULL;
+    setenv("CCHAN_BOOTSTRAP_TIMEOUT_MS", "1000", 1);
+    assert_int_equal(cchan_bootstrap_create(&id, 0, 1, &bs), 0);
+    assert_int_equal(cchan_bootstrap_destroy(bs), 0);
+    unsetenv("CCHAN_BOOTSTRAP_TIMEOUT_MS");
 }
 
 static void test_bool(void **state) {
@@ -123,8 +233,10 @@ static void test_misuse(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry), cmocka_unit_test(test_int),    cmocka_unit_test(test_bool),
-        cmocka_unit_test(test_str),      cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_registry),  cmocka_unit_test(test_int),
+        cmocka_unit_test(test_int_forms), cmocka_unit_test(test_runtime_readers),
+        cmocka_unit_test(test_bool),      cmocka_unit_test(test_str),
+        cmocka_unit_test(test_misuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
