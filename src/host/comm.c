@@ -535,6 +535,14 @@ static int report_wait(const cchan_diag_t *g) {
                             "expected %llu, observed %llu",
                             g->rank, s, g->id, g->peer, exp, obs);
     case CCHAN_WAIT_PACKET:
+        /* peer -1: a packet area any rank may write (collective and plan kernels); its id is
+         * the kernel's wait id, not a channel's semaphore */
+        if (g->peer < 0)
+            return cchani_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
+                                "rank %d timed out after %.1f s waiting for LL packets in a shared "
+                                "packet area (writer not recorded: any peer; wait id 0x%x): "
+                                "expected flag %llu, observed flag %llu",
+                                g->rank, s, g->id, exp, obs);
         return cchani_error(CCHAN_ERR_DEVICE_TIMEOUT, where,
                             "rank %d timed out after %.1f s waiting for LL packets from peer %d "
                             "(channel semaphore %u): expected flag %llu, observed flag %llu",
@@ -575,7 +583,12 @@ static int report_wait(const cchan_diag_t *g) {
 static const char *wait_name(uint32_t kind, char *buf, size_t n, const cchan_diag_t *g) {
     switch (kind) {
     case CCHAN_WAIT_SEMAPHORE: snprintf(buf, n, "semaphore %u from peer %d", g->id, g->peer); break;
-    case CCHAN_WAIT_PACKET: snprintf(buf, n, "LL packets from peer %d", g->peer); break;
+    case CCHAN_WAIT_PACKET:
+        if (g->peer < 0) /* a shared packet area: no single writer was recorded */
+            snprintf(buf, n, "LL packets in a shared packet area (writer not recorded: any peer)");
+        else
+            snprintf(buf, n, "LL packets from peer %d", g->peer);
+        break;
     case CCHAN_WAIT_FIFO_FULL:
         snprintf(buf, n, "a free proxy FIFO slot (channel %u)", g->id);
         break;
