@@ -5,6 +5,7 @@ custom all-reduce."""
 import contextlib
 import ctypes
 import os
+import sys
 
 from . import _lib
 from ._lib import CchanError, check
@@ -470,3 +471,18 @@ class CustomAllreduce:
                 self.comm.close()
             self.disabled = True
             self.disabled_reason = "closed"
+
+    def __del__(self):
+        # vLLM's __del__ calls close(). Here close() meets the peers (cchan_coll_destroy is
+        # collective), which holds where every rank drops its object at the same point of the
+        # same program, as vLLM's workers do; a peer that never does makes the wait end at the
+        # communicator's deadline, with the error swallowed below. At interpreter shutdown the
+        # peers may have exited and this module's globals may be None already: nothing is called
+        # then (the process's exit releases the memory), so exit never waits on a peer.
+        try:
+            if getattr(self, "_closed", True) or sys is None or sys.is_finalizing() \
+                    or _lib is None:
+                return
+            self.close()
+        except Exception:  # noqa: BLE001 - a destructor must not raise
+            pass

@@ -342,6 +342,42 @@ def case_custom_allreduce():
     y = ar2.all_reduce(torch.full((10,), 2.0, device=DEV))
     expect(bool((y == 2.0 * SIZE).all()), "CustomAllreduce(process group)")
     ar2.close()
+    custom_allreduce_del()
+
+
+def custom_allreduce_del():
+    """vLLM's __del__ calls close(): dropping the object (every rank at the same point) releases
+    its cchan_coll_t and the communicator it made from a process group, and nothing raises out of
+    __del__ (sys.unraisablehook sees nothing), nor from a close() before it."""
+    import gc
+
+    unraisable = []
+    saved_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        ar = cchan.CustomAllreduce(comm, DEV, max_size=4096)
+        coll = ar._coll
+        expect(coll._ptr is not None, "CustomAllreduce: a live cchan_coll_t before del")
+        del ar
+        gc.collect()
+        expect(coll._ptr is None, "del CustomAllreduce: its cchan_coll_t destroyed")
+        coll.close()  # a second release is harmless
+        ar = cchan.CustomAllreduce(None, max_size=1 << 20)
+        own = ar.comm
+        y = ar.all_reduce(torch.full((8,), 1.0, device=DEV))
+        expect(bool((y == SIZE).all()), "CustomAllreduce(process group) before del")
+        del ar, y
+        gc.collect()
+        expect(own.closed, "del CustomAllreduce(process group): its own communicator closed")
+        ar = cchan.CustomAllreduce(comm, DEV, max_size=4096)
+        ar.close()
+        del ar  # close() then __del__: nothing more happens
+        gc.collect()
+        expect(not comm.closed, "del CustomAllreduce(comm): the caller's communicator stays open")
+    finally:
+        sys.unraisablehook = saved_hook
+    expect(not unraisable, f"CustomAllreduce.__del__ raised: "
+           f"{[str(u.exc_value) for u in unraisable]}")
 
 
 def case_group_device():
