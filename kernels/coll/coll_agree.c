@@ -3,7 +3,7 @@
  * the loaded plans, the selection variables, the config) is compared across the ranks where it is
  * read, at cchan_coll_create and at the loads, never per call. A difference fails every rank at
  * once with one message naming it and the ranks, instead of a rank waiting without a deadline in
- * its first collective while another fails later with an unrelated message (issue #49). */
+ * its first collective while another fails later with an unrelated message. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* cchan_coll_create agrees on everything that changes the algorithm a rank would choose (the
  * tuning table, the loaded plans, the CCHAN_COLL_* selection variables, the config): a difference
  * on one rank fails every rank's create at once, with a message naming the variable and the ranks,
- * instead of one rank waiting without a deadline in its first collective (issue #49, item 4).
+ * instead of one rank waiting without a deadline in its first collective.
  * cchan_coll_load_tuning and cchan_coll_load_plans agree the same way. Each difference is set by
  * this program on one rank only (setenv before create, by its rank); after the failed create the
  * ranks must still be in step: a create with equal settings succeeds and an AllReduce is right.

@@ -1,7 +1,7 @@
 /* A plan whose collective says "custom" has no reference result, but every other check of what it
  * means still applies: bounds, the cross-rank pairing of signals and waits, and the simulated run
  * of every rank (no deadlock, no race, every signal consumed in its call). Relabelling a plan
- * "custom" must not be a way past them (issue #49 item 5).
+ * "custom" must not be a way past them.
  *
  * Shipped 2-rank plans, as shipped and relabelled "custom":
  *  - the plan itself loads and, relabelled, runs on the host platform (a thread per rank, one
