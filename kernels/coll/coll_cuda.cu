@@ -230,17 +230,10 @@ int colli_cuda_launch(int device, coll_kernel_t k, int dtype, const coll_args_t 
     return coll_cuda_fail(e, "cchan_coll", what);
 }
 
-/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
- * first launch; a load while any kernel runs stalls every later copy on the device, on every
- * stream and in every context, until that kernel ends. A kernel of ours waiting on a port channel
- * waits for the proxy's copies, so a first launch beside it would deadlock (docs/port_channel.md,
- * "Lazy module loading"). So create loads every kernel coll_cuda_kernel can return, before any of
- * the communicator's kernels runs: cudaFuncGetAttributes loads the one function it is given.
- * Loaded modules belong to a context, so this is done once per device (bit d of coll_loaded;
- * devices past 63 load at each create, a few microseconds once loaded); two threads that race load
- * twice, harmlessly. Cost, estimated: the module once (the fatbinary's sm_90 image, a few ms)
- * plus tens of microseconds per kernel for the 29 here; without an image for the GPU the driver
- * compiles the PTX instead, once, which is seconds, and its cache keeps it for later processes. */
+/* Loads every kernel coll_cuda_kernel can return (cudaFuncGetAttributes loads the one it is
+ * given), so that no lazily loaded first launch stalls a port channel's copies later
+ * (docs/port_channel.md, "Lazy module loading"). Once per device (bit d of coll_loaded; past 63,
+ * at each create); a race loads twice, harmlessly. */
 static unsigned long long coll_loaded;
 
 int colli_cuda_preload(int device) {

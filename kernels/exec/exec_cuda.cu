@@ -113,16 +113,9 @@ static int exec_ctx_sms(int dev_sms) {
     return sms;
 }
 
-/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
- * first launch; a load while any kernel runs stalls every later copy on the device, on every
- * stream and in every context, until that kernel ends. A cchan kernel waiting on a port channel
- * (a plan's port ops) waits for the proxy's copies, so a first launch beside it would deadlock
- * (docs/port_channel.md, "Lazy module loading"). So create loads the interpreter, the only kernel
- * here, first: cudaFuncGetAttributes loads the one function it is given. Loaded modules belong to
- * a context, so this is done once per device (bit d of exec_loaded; devices past 63 load at each
- * create, microseconds once loaded); two threads that race load twice, harmlessly. Cost,
- * estimated: a few ms for the module's sm_90 image and tens of microseconds for the kernel, or
- * seconds once where the driver must compile the PTX. */
+/* Loads the interpreter, the only kernel here, so that no lazily loaded first launch stalls a
+ * port channel's copies later (docs/port_channel.md, "Lazy module loading"). Once per device (bit
+ * d of exec_loaded; past 63, at each create); a race loads twice, harmlessly. */
 static unsigned long long exec_loaded;
 
 int execi_cuda_preload(int device) {

@@ -264,17 +264,9 @@ extern "C" int moe_cuda_prepare(size_t smem_bytes, int ht, int *blocks_per_sm) {
 
 __global__ void moe_k_probe(void) {}
 
-/* Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) loads a kernel at its
- * first launch; a load while any kernel runs stalls every later copy on the device, on every
- * stream and in every context, until that kernel ends. A kernel of ours (or of another cchan
- * library) waiting on a port channel waits for the proxy's copies, so a first launch beside it
- * would deadlock (docs/port_channel.md, "Lazy module loading"). So group creation loads every
- * kernel this file launches, before any of the group's kernels runs: cudaFuncGetAttributes loads
- * the one function it is given. Loaded modules belong to a context, so this is done once per device
- * (bit d of moe_loaded; devices past 63 load at each creation, microseconds once loaded); two
- * threads that race load twice, harmlessly. Cost, estimated: the module once (its sm_90 image, a
- * few ms) plus tens of microseconds for each of the 6 kernels; without an image for the GPU the
- * driver compiles the PTX instead, once, in seconds, and caches it for later processes. */
+/* Loads every kernel this file launches, so that no lazily loaded first launch stalls a port
+ * channel's copies later (docs/port_channel.md, "Lazy module loading"). Once per device (bit d of
+ * moe_loaded; past 63, at each creation); a race loads twice, harmlessly. */
 static unsigned long long moe_loaded;
 
 extern "C" int moe_cuda_preload(int device) {
