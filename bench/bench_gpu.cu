@@ -304,9 +304,9 @@ static void gpu_setup(gpu_t *g, cb_ctx_t *ctx) {
     CK(cudaSetDevice(g->dev));
 
     CK(cudaMalloc(&g->d_err, 2 * sizeof(unsigned long long)));
-    CK(cudaHostAlloc(&g->h_pinned, (64 + CB_RING_SLOTS) * sizeof(uint64_t),
+    CK(cudaHostAlloc(&g->h_pinned, (64 + 2 * CB_RING_SLOTS) * sizeof(uint64_t),
                      cudaHostAllocMapped | cudaHostAllocPortable));
-    memset(g->h_pinned, 0, (64 + CB_RING_SLOTS) * sizeof(uint64_t));
+    memset(g->h_pinned, 0, (64 + 2 * CB_RING_SLOTS) * sizeof(uint64_t));
     CK(cudaHostGetDevicePointer((void **)&g->d_pinned, g->h_pinned, 0));
     gpu_setup_timer(g);
     gpu_setup_ce(g);

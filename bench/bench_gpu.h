@@ -68,8 +68,9 @@ typedef struct gpu {
     unsigned long long *d_err;
     uint64_t *d_ts;
     size_t ts_words;
-    int rec_cap;                   /* most timestamps one block keeps in shared memory */
-    uint64_t *h_pinned, *d_pinned; /* [0]: relay request; [64..]: raw ring; [32]: ring tail */
+    int rec_cap; /* most timestamps one block keeps in shared memory */
+    uint64_t *h_pinned,
+        *d_pinned; /* [0]: relay request; [64..]: raw ring (2 words a slot); [32]: ring tail */
     double timer_res_ns;
     int per_iter; /* timer fine enough for per-iteration statistics */
     /* monotone counters, the same on every rank */

@@ -41,6 +41,46 @@ __global__ void k_port_flush(const __grid_constant__ cchan_port_channel_t ch, ui
     stamps_out(true, rec, ts);
 }
 
+/* Where an iteration of k_port_flush (echo == 0) or of the CPU echo (echo == 1) spends its time,
+ * on rank 0: the thread's own work before its request is on its way (the flush's FIFO push: claim
+ * a slot, the fence, the 16-byte store; the echo's release store), then the wait for the answer in
+ * host memory (the CPU's part and the round trips over PCIe). Sums of clock64 cycles over `iters`
+ * iterations in out[0..1], the loop's globaltimer and clock64 spans in out[2..3]. */
+__global__ void k_flush_parts(const __grid_constant__ cchan_port_channel_t ch, uint64_t bytes,
+                              int echo, uint64_t *req, const uint64_t *answer, uint64_t base,
+                              int warm, int iters, uint64_t *out) {
+    uint64_t own = 0, wait = 0, g0 = 0, c0 = 0;
+    for (int i = -warm; i < iters; i++) {
+        if (i == 0) {
+            g0 = cb_gtimer();
+            c0 = clock64();
+        }
+        uint64_t a = clock64(), b;
+        if (echo) {
+            uint64_t v = base + (uint64_t)(i + warm) + 1;
+            raw_st_release_sys(req, v);
+            b = clock64();
+            while (raw_ld_acquire_sys(answer) < v) {}
+        } else {
+            if (bytes) cchan_port_channel_put(&ch, CB_DST_OFF, CB_SRC_OFF, bytes);
+            uint64_t n = *ch.flush_issued + 1;
+            cchan_port_channel_push(&ch, CCHAN_TRIGGER_FLUSH, 0, 0, 0);
+            *ch.flush_issued = n;
+            b = clock64();
+            cchan_port_channel_flush_wait(&ch, n);
+        }
+        uint64_t c = clock64();
+        if (i >= 0) {
+            own += b - a;
+            wait += c - b;
+        }
+    }
+    out[0] = own;
+    out[1] = wait;
+    out[2] = cb_gtimer() - g0;
+    out[3] = clock64() - c0;
+}
+
 /* Baseline for proxied signals: the GPU stores a request count into host-mapped memory, a CPU
  * thread of this rank forwards it into the peer's host-mapped counter, which the peer GPU polls. */
 __global__ void k_relay_pingpong(uint64_t *req, const uint64_t *inbound, uint64_t base,
@@ -73,14 +113,37 @@ __global__ void k_fifo_rate(const __grid_constant__ cchan_port_channel_t ch, int
 }
 
 /* Baseline: the same number of 8-byte entries through a plain ring in host-mapped memory to a CPU
- * thread that only consumes them; ends when the consumer has taken the last one. */
+ * thread that only consumes them; ends when the consumer has taken the last one. V says how each
+ * entry is published, to measure what the FIFO's push pays for each of its parts: 0 st.release.sys
+ * (the baseline), 1 fence.acq_rel.sys then a 16-byte st.relaxed.sys (the FIFO's store), 2 a 16-byte
+ * st.release.sys, 3 as 1 after the FIFO's claim of a slot (atomic add on a device word and a
+ * relaxed load of another: `dev`). */
+template <int V>
 __global__ void k_raw_ring(uint64_t *ring, const uint64_t *tail, uint64_t seq0, uint64_t count,
-                           uint32_t slots) {
+                           uint32_t slots, uint64_t *dev) {
     uint64_t cached = raw_ld_acquire_sys(tail);
     for (uint64_t k = 0; k < count; k++) {
         uint64_t idx = seq0 + k;
+        if (V == 3) {
+            idx = seq0 + atomicAdd((unsigned long long *)dev, 1ull); /* dev[0] starts at 0 */
+            uint64_t c;
+            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(c) : "l"(dev + 1) : "memory");
+            if (c) cached = raw_ld_acquire_sys(tail); /* never: dev[1] stays 0 */
+        }
         while (idx >= cached + slots) cached = raw_ld_acquire_sys(tail);
-        raw_st_release_sys(&ring[idx & (slots - 1)], idx + 1);
+        uint64_t *slot = &ring[2 * (idx & (slots - 1))];
+        if (V == 0) {
+            raw_st_release_sys(slot, idx + 1);
+        } else if (V == 2) {
+            asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(slot), "l"(idx + 1),
+                         "l"(idx + 1)
+                         : "memory");
+        } else {
+            asm volatile("fence.acq_rel.sys;" ::: "memory");
+            asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(slot), "l"(idx + 1),
+                         "l"(idx + 1)
+                         : "memory");
+        }
     }
     while (raw_ld_acquire_sys(tail) < seq0 + count) {}
 }
@@ -124,7 +187,8 @@ typedef struct ring_arg {
 static void *ring_main(void *p) {
     ring_arg_t *a = (ring_arg_t *)p;
     for (uint64_t idx = a->seq0; idx < a->seq0 + a->count; idx++) {
-        while (__atomic_load_n(&a->ring[idx & (CB_RING_SLOTS - 1)], __ATOMIC_ACQUIRE) != idx + 1)
+        while (__atomic_load_n(&a->ring[2 * (idx & (CB_RING_SLOTS - 1))], __ATOMIC_ACQUIRE) !=
+               idx + 1)
             cpu_relax();
         __atomic_store_n(a->tail, idx + 1, __ATOMIC_RELEASE);
     }
@@ -163,21 +227,41 @@ static void fifo_rate(gpu_t *g, int puts, uint64_t count, int reps, cb_stats_t *
     free(v);
 }
 
-static void raw_ring_rate(gpu_t *g, uint64_t count, int reps, cb_stats_t *st) {
+static void raw_ring_rate(gpu_t *g, int variant, uint64_t count, int reps, cb_stats_t *st) {
     memset(st, 0, sizeof *st);
     if (g->rank == 0) {
         double *v = (double *)malloc(sizeof(double) * (size_t)reps);
         if (!v) cb_die(g->ctx, "out of memory");
         uint64_t *h_ring = g->h_pinned + 64, *d_ring = g->d_pinned + 64;
         uint64_t *h_tail = g->h_pinned + 32, *d_tail = g->d_pinned + 32;
+        uint64_t *dev = g->d_ts; /* the claim counter, then a word that stays 0 */
         for (int r = -1; r < reps; r++) {
             uint64_t n = r < 0 ? count / 10 + 1 : count; /* r = -1: warmup */
+            uint64_t words[2] = {0, 0};
+            CK(cudaMemcpy(dev, words, sizeof words, cudaMemcpyHostToDevice));
             ring_arg_t a = {h_ring, h_tail, g->ring_seq, n};
             pthread_t th;
             if (pthread_create(&th, NULL, ring_main, &a) != 0)
                 cb_die(g->ctx, "pthread_create failed");
             CK(cudaEventRecord(g->e0, g->s));
-            k_raw_ring<<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS);
+            switch (variant) {
+            case 0:
+                k_raw_ring<0>
+                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
+                break;
+            case 1:
+                k_raw_ring<1>
+                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
+                break;
+            case 2:
+                k_raw_ring<2>
+                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
+                break;
+            default:
+                k_raw_ring<3>
+                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
+                break;
+            }
             CK_LAUNCH();
             CK(cudaEventRecord(g->e1, g->s));
             gsync(g, "raw ring");
@@ -269,6 +353,52 @@ static void lat_port_pingpong(gpu_t *g, int iters, int warm) {
         relay.mean, sig.value.mean, put.value.mean);
 }
 
+/* Runs k_flush_parts on rank 0 (mode 0: the CPU echo, 1: flush, 2: put 8 B + flush); returns the
+ * means per iteration in ns: [0] the thread's own work, [1] the wait for the answer. */
+static void flush_parts(gpu_t *g, int mode, int iters, int warm, double ns[2]) {
+    ns[0] = ns[1] = 0;
+    relay_arg_t ra;
+    memset(&ra, 0, sizeof ra);
+    ra.req = g->h_pinned;
+    ra.remote_inbound = g->h_pinned + 8;
+    ra.last = g->relay_count;
+    ra.target = g->relay_count + (uint64_t)(warm + iters);
+    uint64_t base = g->relay_count;
+    if (mode == 0) g->relay_count += (uint64_t)(warm + iters);
+    cb_barrier(g->ctx);
+    if (g->rank == 0) {
+        pthread_t th;
+        if (mode == 0 && pthread_create(&th, NULL, relay_main, &ra) != 0)
+            cb_die(g->ctx, "pthread_create failed");
+        k_flush_parts<<<1, 1, 0, g->s>>>(g->ch.pch[1], mode == 2 ? 8 : 0, mode == 0, g->d_pinned,
+                                         g->d_pinned + 8, base, warm, iters, g->d_ts);
+        CK_LAUNCH();
+        gsync(g, "flush breakdown");
+        if (mode == 0) pthread_join(th, NULL);
+        uint64_t o[4];
+        CK(cudaMemcpy(o, g->d_ts, sizeof o, cudaMemcpyDeviceToHost));
+        double ns_per_cycle = o[3] ? (double)o[2] / (double)o[3] : 0;
+        for (int k = 0; k < 2; k++) ns[k] = (double)o[k] * ns_per_cycle / iters;
+    }
+    cb_barrier(g->ctx);
+}
+
+/* The flush's stages beside the echo's: what the FIFO push costs the thread over a bare release
+ * store, and what the proxy adds to the wait for the answer. */
+static void flush_breakdown(gpu_t *g, int iters, int warm) {
+    double e[2], f[2], p[2];
+    flush_parts(g, 0, iters, warm, e);
+    flush_parts(g, 1, iters, warm, f);
+    flush_parts(g, 2, iters, warm, p);
+    cb_printf(g->ctx,
+              "#   breakdown (means, ns): the thread's own work, then the wait for the answer\n"
+              "#     raw CPU echo       %7.0f + %7.0f (release store to host memory; poll)\n"
+              "#     flush              %7.0f + %7.0f (FIFO push; poll of flush_done)\n"
+              "#     put 8 B + flush    %7.0f + %7.0f (stores to the peer and push; poll)\n"
+              "#     push over store %+.0f ns, proxy over echo %+.0f ns\n",
+              e[0], e[1], f[0], f[1], p[0], p[1], f[0] - e[0], f[1] - e[1]);
+}
+
 /* Flush latency (rank 0 alone) against a CPU echo through host-mapped memory. */
 static void lat_port_flush(gpu_t *g, int iters, int warm) {
     cb_ctx_t *ctx = g->ctx;
@@ -326,6 +456,7 @@ static void lat_port_flush(gpu_t *g, int iters, int warm) {
             cb_lat_row(ctx, &row);
         }
     }
+    flush_breakdown(g, iters, warm);
 }
 
 /* FIFO request rate (rank 0 alone) against a raw ring. */
@@ -343,8 +474,14 @@ static void lat_port_fifo(gpu_t *g) {
              "does nothing else; median of %d reps",
              reps);
     cb_bw_header(ctx, title, "cchan FIFO", "raw ring", "Mreq/s");
-    cb_stats_t ring;
-    raw_ring_rate(g, nsig, reps, &ring);
+    cb_stats_t ring, var[3];
+    raw_ring_rate(g, 0, nsig, reps, &ring);
+    for (int k = 0; k < 3; k++) raw_ring_rate(g, k + 1, nsig, reps, &var[k]);
+    cb_printf(ctx,
+              "#   the ring with the FIFO's parts (medians, Mreq/s): st.release.sys %.3f; "
+              "fence.acq_rel.sys + 16-byte st.relaxed.sys %.3f; 16-byte st.release.sys %.3f; "
+              "slot claim + fence + 16-byte store %.3f\n",
+              ring.median, var[0].median, var[1].median, var[2].median);
     for (int k = 0; k < 2; k++) {
         cb_row_t row;
         cb_row_init(&row, "port-lat", k ? "fifo-put8" : "fifo-signal", "raw-ring", "Mreq/s",
@@ -364,9 +501,8 @@ void run_port_lat(gpu_t *g) {
     g->phase++;
     const int iters = cb_opt_int(o->iters, 10000), warm = cb_opt_int(o->warmup, 1000);
     if (g->time_sliced)
-        cb_printf(ctx,
-                  "#\n# port-lat ping-pongs: skipped: ranks 0 and 1 share one GPU without MPS "
-                  "(kernels of two processes do not run at once; start the MPS daemon)\n");
+        cb_printf(ctx, "#\n# port-lat ping-pongs: skipped: ranks 0 and 1 share one GPU without MPS "
+                       "(kernels of two processes do not run at once; start the MPS daemon)\n");
     else
         lat_port_pingpong(g, iters, warm);
     lat_port_flush(g, iters, warm);

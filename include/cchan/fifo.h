@@ -40,8 +40,14 @@ CCHAN_HOST_DEVICE_INLINE uint64_t cchan_fifo_parity(uint64_t index, uint32_t siz
 CCHAN_DEVICE_INLINE int64_t cchan_fifo_push(const cchan_fifo_t *f, cchan_trigger_t t) {
     uint64_t idx = cchan_fetch_add_relaxed_dev_u64(f->head, 1);
     /* Acquire/release on tail_cache carry the consumer's release of `tail` on to producers that
-     * never read `tail` themselves: the consumer's reads of a slot happen before its reuse. */
+     * never read `tail` themselves: the consumer's reads of a slot happen before its reuse. On a GPU
+     * the load is relaxed and the fence before the slot's store makes it an acquire (a relaxed
+     * load, then fence.acq_rel), so the load need not finish before the next instruction issues. */
+#if defined(CCHAN_BACKEND_CUDA)
+    uint64_t cached = cchan_load_relaxed_dev_u64(f->tail_cache);
+#else
     uint64_t cached = cchan_load_acquire_dev_u64(f->tail_cache);
+#endif
     if (CCHAN_UNLIKELY(idx >= cached + f->size)) {
         cchan_deadline_t d;
         cchan_deadline_init(&d);

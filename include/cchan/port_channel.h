@@ -12,10 +12,9 @@
  *                                 buffers (CCHAN_ERR_RANGE at the call otherwise, nothing sent).
  *                                 On the dma transport, puts of at most direct_max bytes (default
  *                                 256, CCHAN_PORT_DIRECT_MAX) are stored by the calling thread into
- *                                 the peer's buffer mapped into this GPU and complete on return. Puts of one channel are not
- *                                 ordered with one another: overlapping destinations need a flush
- *                                 in between.
- *   signal()                      raises the peer's semaphore once every earlier put of this
+ *                                 the peer's buffer mapped into this GPU and complete on return.
+ * Puts of one channel are not ordered with one another: overlapping destinations need a flush in
+ * between. signal()                      raises the peer's semaphore once every earlier put of this
  *                                 channel has landed; the peer's wait() then sees their data.
  *   wait() / poll()               on the receiving side: consume one signal (acquire). No trigger.
  *   flush()                       returns when every earlier request of this channel is complete
@@ -62,6 +61,11 @@ typedef struct cchan_port_channel {
 #define CCHAN_PORT_DROPPED_CAUSE_SHIFT 48
 #define CCHAN_PORT_DROPPED_FAILED (1ull << 47)
 #define CCHAN_PORT_DROPPED_COUNT_MASK (CCHAN_PORT_DROPPED_FAILED - 1)
+/* Set in flush_done, for good, once the proxy dropped a request of the channel: only then does a
+ * completed flush read the dropped word, a second host-memory round trip (about a microsecond on a
+ * GPU) that a flush with nothing dropped does not pay. The count is the bits below it. */
+#define CCHAN_PORT_FLUSH_DROPPED (1ull << 63)
+#define CCHAN_PORT_FLUSH_COUNT_MASK (CCHAN_PORT_FLUSH_DROPPED - 1)
 
 /* After flush `n` completed: fails with the cause when the proxy dropped requests of this channel
  * since the last check (their data did not move, their signals were not sent). */
@@ -81,7 +85,8 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_check_dropped(const cchan_port_channe
 CCHAN_DEVICE_INLINE int cchan_port_channel_push(const cchan_port_channel_t *ch, uint32_t type,
                                                 uint64_t dst_off, uint64_t src_off,
                                                 uint64_t bytes) {
-    int64_t r = cchan_fifo_push(&ch->fifo, cchan_trigger_encode(type, ch->id, dst_off, src_off, bytes));
+    int64_t r =
+        cchan_fifo_push(&ch->fifo, cchan_trigger_encode(type, ch->id, dst_off, src_off, bytes));
     return r < 0 ? (int)r : CCHAN_OK;
 }
 
@@ -92,8 +97,8 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_direct_ok(const cchan_port_channel_t 
                                                      uint64_t dst_off, uint64_t src_off,
                                                      uint64_t bytes) {
     return bytes != 0 && bytes <= ch->direct_max && ch->direct_dst != NULL &&
-           dst_off <= ch->dst_bytes && bytes <= ch->dst_bytes - dst_off && src_off <= ch->src_bytes &&
-           bytes <= ch->src_bytes - src_off;
+           dst_off <= ch->dst_bytes && bytes <= ch->dst_bytes - dst_off &&
+           src_off <= ch->src_bytes && bytes <= ch->src_bytes - src_off;
 }
 
 /* Splits a put into chunks; `last_type` (extra flags) rides on the final chunk. */
@@ -105,10 +110,11 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_put_typed(const cchan_port_channel_t 
         return last_type ? cchan_port_channel_push(ch, last_type, 0, 0, 0) : CCHAN_OK;
     }
     if (CCHAN_UNLIKELY(dst_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 ||
-                       src_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 || dst_off + bytes < dst_off ||
-                       src_off + bytes < src_off)) {
+                       src_off + bytes > CCHAN_TRIGGER_MAX_OFFSET + 1 ||
+                       dst_off + bytes < dst_off || src_off + bytes < src_off)) {
         return cchan_device_fail(&ch->ctl, CCHAN_FAIL_RANGE, CCHAN_TRIGGER_MAX_OFFSET + 1,
-                                 (dst_off > src_off ? dst_off : src_off) + bytes, 0, CCHAN_ERR_RANGE);
+                                 (dst_off > src_off ? dst_off : src_off) + bytes, 0,
+                                 CCHAN_ERR_RANGE);
     }
     /* The proxy would drop it: say so here, where the caller can still act. */
     if (CCHAN_UNLIKELY(dst_off + bytes > ch->dst_bytes))
@@ -161,7 +167,7 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_transport_failed(const cchan_port_cha
 CCHAN_DEVICE_INLINE int cchan_port_channel_wait_failed(const cchan_port_channel_t *ch,
                                                        const uint64_t *p, uint64_t target,
                                                        uint32_t kind, int failed) {
-    uint64_t v = cchan_load_acquire_sys_u64(p);
+    uint64_t v = cchan_load_acquire_sys_u64(p) & CCHAN_PORT_FLUSH_COUNT_MASK;
     if (v >= target) return CCHAN_OK;
     if (CCHAN_UNLIKELY(cchan_wait_aborted(&ch->ctl) != 0)) {
         /* An aborted communicator is the cause to report, as every other wait of it does. */
@@ -176,18 +182,25 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_wait_failed(const cchan_port_channel_
     return cchan_device_fail(&ch->ctl, CCHAN_FAIL_DROPPED, target, v, 0, failed);
 }
 
-/* Spins until *p >= target, like cchan_wait_geq_u64, but also ends when the channel's transport
- * has failed, with the cause (recorded as CCHAN_FAIL_DROPPED, expected = target, observed = the
- * counter): a counter that a failed transport would have raised never moves, and no deadline need
- * be set for the wait to end. The failure word is host-mapped, so it is read only on the slow path,
- * once every CCHAN_WAIT_CLOCK_STRIDE spins. */
-CCHAN_DEVICE_INLINE int cchan_port_channel_wait_counter(const cchan_port_channel_t *ch,
-                                                        const uint64_t *p, uint64_t target,
-                                                        uint32_t kind) {
+/* Spins until *p >= target (bit 63, CCHAN_PORT_FLUSH_DROPPED, left out), like cchan_wait_geq_u64,
+ * but also ends when the channel's transport has failed, with the cause (recorded as
+ * CCHAN_FAIL_DROPPED, expected = target, observed = the counter): a counter that a failed transport
+ * would have raised never moves, and no deadline need be set for the wait to end. The failure word
+ * is host-mapped, so it is read only on the slow path, once every CCHAN_WAIT_CLOCK_STRIDE spins.
+ * *seen gets the counter's last value (with its bit 63). */
+CCHAN_DEVICE_INLINE int cchan_port_channel_wait_seen(const cchan_port_channel_t *ch,
+                                                     const uint64_t *p, uint64_t target,
+                                                     uint32_t kind, uint64_t *seen) {
     /* One load on the fast path: on a GPU the counter is host memory, a load a PCIe round trip. */
     uint64_t v = cchan_load_acquire_sys_u64(p);
-    if (CCHAN_LIKELY(v >= target)) return cchan_wait_done(&ch->ctl, kind, target, v);
-    if (ch->dropped == NULL) return cchan_wait_geq_u64(p, target, &ch->ctl, kind);
+    *seen = v;
+    if (CCHAN_LIKELY((v & CCHAN_PORT_FLUSH_COUNT_MASK) >= target))
+        return cchan_wait_done(&ch->ctl, kind, target, v);
+    if (ch->dropped == NULL) {
+        int r = cchan_wait_geq_u64(p, target, &ch->ctl, kind);
+        *seen = target; /* nothing sets bit 63 without a dropped word */
+        return r;
+    }
     cchan_deadline_t d;
     cchan_deadline_init(&d);
 #if !defined(CCHAN_BACKEND_HOST)
@@ -195,31 +208,49 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_wait_counter(const cchan_port_channel
      * lands; the abort and failure words once every CCHAN_WAIT_CLOCK_STRIDE spins. */
     if (ch->ctl.timeout_ns == 0) {
         uint32_t it = 0;
-        while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+        while (((v = cchan_load_acquire_sys_u64(p)) & CCHAN_PORT_FLUSH_COUNT_MASK) < target) {
             if (CCHAN_LIKELY((++it % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
             if (CCHAN_UNLIKELY(cchan_wait_aborted(&ch->ctl) != 0))
-                return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
+                return cchan_wait_expired(&d, &ch->ctl, kind, target,
+                                          v & CCHAN_PORT_FLUSH_COUNT_MASK);
             int failed = cchan_port_channel_transport_failed(ch);
-            if (CCHAN_UNLIKELY(failed != CCHAN_OK))
+            if (CCHAN_UNLIKELY(failed != CCHAN_OK)) {
+                *seen = CCHAN_PORT_FLUSH_DROPPED; /* the proxy marked it before failing */
                 return cchan_port_channel_wait_failed(ch, p, target, kind, failed);
+            }
         }
+        *seen = v;
         return CCHAN_OK;
     }
 #endif
-    while ((v = cchan_load_acquire_sys_u64(p)) < target) {
+    while (((v = cchan_load_acquire_sys_u64(p)) & CCHAN_PORT_FLUSH_COUNT_MASK) < target) {
         if (CCHAN_UNLIKELY(cchan_deadline_spin(&d, &ch->ctl)))
-            return cchan_wait_expired(&d, &ch->ctl, kind, target, v);
+            return cchan_wait_expired(&d, &ch->ctl, kind, target, v & CCHAN_PORT_FLUSH_COUNT_MASK);
         if (CCHAN_LIKELY((d.iter % CCHAN_WAIT_CLOCK_STRIDE) != 0)) continue;
         int failed = cchan_port_channel_transport_failed(ch);
-        if (CCHAN_UNLIKELY(failed != CCHAN_OK))
+        if (CCHAN_UNLIKELY(failed != CCHAN_OK)) {
+            *seen = CCHAN_PORT_FLUSH_DROPPED; /* the proxy marked it before failing */
             return cchan_port_channel_wait_failed(ch, p, target, kind, failed);
+        }
     }
+    *seen = v;
     return cchan_wait_done(&ch->ctl, kind, target, v);
 }
 
-/* Waits until the proxy reports this channel's n-th flush complete. */
+CCHAN_DEVICE_INLINE int cchan_port_channel_wait_counter(const cchan_port_channel_t *ch,
+                                                        const uint64_t *p, uint64_t target,
+                                                        uint32_t kind) {
+    uint64_t seen;
+    return cchan_port_channel_wait_seen(ch, p, target, kind, &seen);
+}
+
+/* Waits until the proxy reports this channel's n-th flush complete, then fails with the cause when
+ * the proxy dropped a request of the channel since the last check. */
 CCHAN_DEVICE_INLINE int cchan_port_channel_flush_wait(const cchan_port_channel_t *ch, uint64_t n) {
-    return cchan_port_channel_wait_counter(ch, ch->flush_done, n, CCHAN_WAIT_FLUSH);
+    uint64_t seen;
+    int r = cchan_port_channel_wait_seen(ch, ch->flush_done, n, CCHAN_WAIT_FLUSH, &seen);
+    if (r || CCHAN_LIKELY(!(seen & CCHAN_PORT_FLUSH_DROPPED))) return r;
+    return cchan_port_channel_check_dropped(ch, n);
 }
 
 /* flush_issued counts only flushes that reached the FIFO: a refused one would never complete. */
@@ -228,8 +259,7 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_flush(const cchan_port_channel_t *ch)
     int r = cchan_port_channel_push(ch, CCHAN_TRIGGER_FLUSH, 0, 0, 0);
     if (r) return r;
     *ch->flush_issued = n;
-    r = cchan_port_channel_flush_wait(ch, n);
-    return r ? r : cchan_port_channel_check_dropped(ch, n);
+    return cchan_port_channel_flush_wait(ch, n);
 }
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal_flush(const cchan_port_channel_t *ch,
@@ -240,8 +270,7 @@ CCHAN_DEVICE_INLINE int cchan_port_channel_put_signal_flush(const cchan_port_cha
                                          CCHAN_TRIGGER_SIGNAL | CCHAN_TRIGGER_FLUSH);
     if (r) return r;
     *ch->flush_issued = n;
-    r = cchan_port_channel_flush_wait(ch, n);
-    return r ? r : cchan_port_channel_check_dropped(ch, n);
+    return cchan_port_channel_flush_wait(ch, n);
 }
 
 CCHAN_DEVICE_INLINE int cchan_port_channel_wait(const cchan_port_channel_t *ch) {

@@ -37,8 +37,9 @@ typedef struct cchani_stage_stat {
 
 /* What a channel did, for the summary at stop. Written by the proxy thread only. */
 typedef struct cchani_port_counters {
-    uint64_t puts;
+    uint64_t puts; /* puts performed (a run of contiguous puts joined into one counts once) */
     uint64_t put_bytes;
+    uint64_t joined; /* put triggers joined to an earlier one (proxy_join_puts) */
     uint64_t signals;
     uint64_t signals_direct; /* delivered at once: nothing of the channel was in flight */
     uint64_t flushes;
@@ -85,8 +86,8 @@ struct cchani_port_channel {
     const cchan_mem_t *src_mem, *dst_mem;
     cchan_sem_set_t *sems;
     int sem_index;
-    uint64_t *flush_done;    /* host view of the counter the device's flush waits on */
-    int timing;              /* gather cchani_port_counters_t.stage */
+    uint64_t *flush_done; /* host view of the counter the device's flush waits on */
+    int timing;           /* gather cchani_port_counters_t.stage */
     int same_gpu; /* src and dst are device memory of this very GPU (cchani_comm_same_gpu) */
 
     /* Proxy thread only. */
@@ -111,12 +112,15 @@ static inline void cchani_port_deliver_signal(cchani_port_channel_t *ch, uint64_
 }
 
 /* Publishes that the channel's first `count` flushes are complete (release). Never lowers the
- * count: after a transport failure the proxy completes every flush it took (proxy.c), and a
- * completion of an older flush that the transport delivers afterwards must not take that back from
- * a flush still reading it. The proxy thread is the only writer. */
+ * count (nor the CCHAN_PORT_FLUSH_DROPPED mark): after a transport failure the proxy completes
+ * every flush it took (proxy.c), and a completion of an older flush that the transport delivers
+ * afterwards must not take that back from a flush still reading it. The proxy thread is the only
+ * writer. */
 static inline void cchani_port_complete_flush(cchani_port_channel_t *ch, uint64_t count) {
-    if (count > __atomic_load_n(ch->flush_done, __ATOMIC_RELAXED))
-        __atomic_store_n(ch->flush_done, count, __ATOMIC_RELEASE);
+    uint64_t old = __atomic_load_n(ch->flush_done, __ATOMIC_RELAXED);
+    if (count > (old & CCHAN_PORT_FLUSH_COUNT_MASK))
+        __atomic_store_n(ch->flush_done, count | (old & CCHAN_PORT_FLUSH_DROPPED),
+                         __ATOMIC_RELEASE);
 }
 
 static inline void cchani_port_stage(cchani_port_channel_t *ch, enum cchani_port_stage stage,
@@ -131,11 +135,12 @@ static inline void cchani_port_stage(cchani_port_channel_t *ch, enum cchani_port
 /* ---------------------------------------------------------------- network transports
  * The ib and tcp transports connect a channel to the peer's matching channel (same transport and
  * semaphore index, created by the peer at the same time) through the bootstrap (net_connect.c),
- * in two rounds and a last, empty one that says the transport is ready: each side sends a hello naming the memory it will write into (the peer's dst
- * registration and the peer's inbound counter for this rank) plus its transport's address; each
- * side finds that memory among its own registrations, checks it, and answers with a reply (status,
- * the counter's current value, and what the transport needs: an rkey). A failure on either side
- * reaches the other in the reply, so neither waits for a peer that gave up. */
+ * in two rounds and a last, empty one that says the transport is ready: each side sends a hello
+ * naming the memory it will write into (the peer's dst registration and the peer's inbound counter
+ * for this rank) plus its transport's address; each side finds that memory among its own
+ * registrations, checks it, and answers with a reply (status, the counter's current value, and what
+ * the transport needs: an rkey). A failure on either side reaches the other in the reply, so
+ * neither waits for a peer that gave up. */
 
 #define CCHANI_NET_BLOB_BYTES 512u /* transport-specific part of a hello or reply */
 

@@ -52,6 +52,7 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     /* arch/atomic.h */
     acc += (int64_t)cchan_load_acquire_sys_u64(&a.u64[0]);
     acc += (int64_t)cchan_load_acquire_dev_u64(&a.u64[1]);
+    acc += (int64_t)cchan_load_relaxed_dev_u64(&a.u64[1]);
     acc += (int64_t)cchan_load_relaxed_sys_u64(&a.u64[2]);
     acc += cchan_load_acquire_sys_u32(&a.u32[0]);
     acc += cchan_load_relaxed_sys_u32(&a.u32[1]);
@@ -222,6 +223,7 @@ USE_ALL_KERNEL cchan_hygiene_use_all(use_all_args_t a) {
     acc += cchan_port_channel_transport_failed(&a.pc);
     acc += cchan_port_channel_wait_failed(&a.pc, a.pc.flush_done, 1, CCHAN_WAIT_FLUSH, 0);
     acc += cchan_port_channel_wait_counter(&a.pc, a.pc.inbound, 1, CCHAN_WAIT_SEMAPHORE);
+    acc += cchan_port_channel_wait_seen(&a.pc, a.pc.flush_done, 1, CCHAN_WAIT_FLUSH, &a.u64[3]);
     acc += cchan_port_channel_flush(&a.pc);
     acc += cchan_port_channel_put_signal_flush(&a.pc, 0, 0, 64);
     acc += cchan_port_channel_wait(&a.pc);

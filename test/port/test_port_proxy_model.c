@@ -46,6 +46,7 @@ typedef struct pm_channel {
     uint64_t signals_before_flush[PM_SLOTS * 2];
     uint64_t seen_target, seen_flush;
     uint32_t verified; /* puts seen landed (each has its own slot: it stays landed) */
+    int whole;         /* every put fills its slot: consecutive puts are contiguous and join */
 } pm_channel_t;
 
 static uint64_t pm_seed;
@@ -89,11 +90,14 @@ static void pm_open(cchan_proxy_t *p, pm_channel_t *c, uint32_t id, int same_gpu
     port_channel_handle(p, ch, &sem, 256, &c->h);
 }
 
-/* Size of put k: 1 B to a whole slot, so that some are direct (<= 256 B) and some proxied. */
-static uint64_t pm_bytes(uint32_t k) { return 1 + (k * 2654435761u) % PM_SLOT; }
+/* Size of put k: 1 B to a whole slot, so that some are direct (<= 256 B) and some proxied; on a
+ * `whole` channel always the slot, so that puts back to back in the FIFO join (proxy_join_puts). */
+static uint64_t pm_bytes(const pm_channel_t *c, uint32_t k) {
+    return c->whole ? PM_SLOT : 1 + (k * 2654435761u) % PM_SLOT;
+}
 
 static int pm_landed(const pm_channel_t *c, uint32_t k) {
-    return memcmp(c->dst + (size_t)k * PM_SLOT, c->src + (size_t)k * PM_SLOT, pm_bytes(k)) == 0;
+    return memcmp(c->dst + (size_t)k * PM_SLOT, c->src + (size_t)k * PM_SLOT, pm_bytes(c, k)) == 0;
 }
 
 /* The "GPU thread" of channel c issues a request, as the device calls do. */
@@ -103,17 +107,17 @@ static void pm_request(pm_channel_t *c) {
     if (c->puts + 1 >= PM_SLOTS) what = 9; /* out of slots: only flushes from here */
     uint64_t off = (uint64_t)c->puts * PM_SLOT;
     if (what < 4) {
-        assert_int_equal(cchan_port_channel_put(h, off, off, pm_bytes(c->puts)), 0);
+        assert_int_equal(cchan_port_channel_put(h, off, off, pm_bytes(c, c->puts)), 0);
         c->puts++;
     } else if (what < 6) {
-        assert_int_equal(cchan_port_channel_put_signal(h, off, off, pm_bytes(c->puts)), 0);
+        assert_int_equal(cchan_port_channel_put_signal(h, off, off, pm_bytes(c, c->puts)), 0);
         c->puts++;
         c->puts_before_signal[++c->signals] = c->puts;
     } else if (what < 7) {
         assert_int_equal(cchan_port_channel_push(h, CCHAN_TRIGGER_SIGNAL, 0, 0, 0), 0);
         c->puts_before_signal[++c->signals] = c->puts;
     } else if (what < 8) {
-        assert_int_equal(cchan_port_channel_put_typed(h, off, off, pm_bytes(c->puts),
+        assert_int_equal(cchan_port_channel_put_typed(h, off, off, pm_bytes(c, c->puts),
                                                       CCHAN_TRIGGER_SIGNAL | CCHAN_TRIGGER_FLUSH),
                          0);
         c->puts++;
@@ -166,7 +170,11 @@ static void test_channels_interleaved(void **state) {
     assert_int_equal(cchan_proxy_create(&comm, &cfg, &p), 0);
     static pm_channel_t chans[PM_CHANNELS];
     memset(chans, 0, sizeof chans);
-    for (uint32_t i = 0; i < PM_CHANNELS; i++) pm_open(p, &chans[i], i, i % 4 == 3);
+    for (uint32_t i = 0; i < PM_CHANNELS; i++) {
+        /* not on staged channels: a joined put there is many 64-B pieces, past the mock's queue */
+        chans[i].whole = i % 3 == 1 && i % 4 != 3;
+        pm_open(p, &chans[i], i, i % 4 == 3);
+    }
 
     for (int step = 0; step < PM_STEPS; step++) {
         unsigned what = (unsigned)(pm_rand() % 16);
@@ -191,10 +199,11 @@ static void test_channels_interleaved(void **state) {
         uint32_t busy = p->nactive ? proxy_progress(p) : 0;
         if (!taken && !busy && *p->fifo.head == p->tail) break;
     }
-    uint64_t puts = 0, signals = 0, flushes = 0;
+    uint64_t puts = 0, signals = 0, flushes = 0, joined = 0;
     for (uint32_t i = 0; i < PM_CHANNELS; i++) {
         pm_channel_t *c = &chans[i];
         pm_check(p, c);
+        joined += c->ch->counters.joined;
         uint64_t f = p->counters[PROXY_CACHE_WORDS + i];
         if (c->target != c->signals || f != c->flushes)
             fail_msg("channel %u: signals delivered %llu of %llu, flushes completed %llu of %llu",
@@ -206,10 +215,11 @@ static void test_channels_interleaved(void **state) {
         flushes += c->flushes;
     }
     assert_int_equal(p->errors, 0);
-    print_message("%llu puts, %llu signals, %llu flushes over %d channels; %u events recorded, "
-                  "%u copies\n",
-                  (unsigned long long)puts, (unsigned long long)signals,
+    print_message("%llu puts (%llu joined to an earlier one), %llu signals, %llu flushes over %d "
+                  "channels; %u events recorded, %u copies\n",
+                  (unsigned long long)puts, (unsigned long long)joined, (unsigned long long)signals,
                   (unsigned long long)flushes, PM_CHANNELS, mock_cuda.records, mock_cuda.copies);
+    assert_true(joined > 0); /* the walk reached the joining of contiguous puts */
     assert_int_equal(cchan_proxy_destroy(p), 0);
     for (uint32_t i = 0; i < PM_CHANNELS; i++) {
         free(chans[i].src);
@@ -219,11 +229,60 @@ static void test_channels_interleaved(void **state) {
     assert_int_equal(mock_cuda.live_events, 0);
 }
 
+/* Contiguous puts already in the FIFO become one copy; a signal rides on the last one; a put that
+ * does not continue the run, one out of range, and one of another channel each stay apart. */
+static void test_contiguous_puts_join(void **state) {
+    (void)state;
+    memset(&mock_cuda, 0, sizeof mock_cuda);
+    static cchan_comm_t comm;
+    memset(&comm, 0, sizeof comm);
+    comm.platform = CCHAN_PLATFORM_HOST;
+    comm.device = -1;
+    cchan_proxy_t *p;
+    assert_int_equal(cchan_proxy_create(&comm, NULL, &p), 0);
+    static pm_channel_t chans[2];
+    memset(chans, 0, sizeof chans);
+    pm_open(p, &chans[0], 0, 0);
+    pm_open(p, &chans[1], 1, 0);
+    const cchan_port_channel_t *h = &chans[0].h;
+    const uint64_t n = 300; /* above the direct-store limit: every put goes to the proxy */
+    for (uint64_t k = 0; k < 5; k++)
+        assert_int_equal(cchan_port_channel_put(h, k * n, k * n, n), 0);
+    assert_int_equal(cchan_port_channel_put_signal(h, 5 * n, 5 * n, n), 0);    /* joins, ends */
+    assert_int_equal(cchan_port_channel_put(h, 6 * n, 6 * n, n), 0);           /* a new run */
+    assert_int_equal(cchan_port_channel_put(&chans[1].h, 7 * n, 7 * n, n), 0); /* other channel */
+    assert_int_equal(cchan_port_channel_put(h, 7 * n, 7 * n, n), 0);           /* a new run */
+    const uint64_t size = (uint64_t)PM_SLOTS * PM_SLOT;                        /* out of range: */
+    assert_int_equal(cchan_port_channel_push(h, CCHAN_TRIGGER_PUT, 8 * n, 8 * n, size), 0);
+    assert_int_equal(proxy_take_triggers(p), 10);
+    assert_int_equal(chans[0].ch->counters.joined, 5);
+    assert_int_equal(chans[0].ch->counters.puts, 3);
+    assert_int_equal(chans[0].ch->counters.put_bytes, 8 * n);
+    assert_int_equal(chans[0].ch->counters.rejected, 1);
+    assert_int_equal(chans[1].ch->counters.puts, 1);
+    assert_int_equal(mock_cuda.copies, 4);
+    for (int round = 0; round < 100 && (p->nactive || chans[0].target == 0); round++) {
+        mock_gpu_step(pm_stream(&chans[0]), MOCK_MAX_OPS);
+        mock_gpu_step(pm_stream(&chans[1]), MOCK_MAX_OPS);
+        if (p->nactive) proxy_progress(p);
+    }
+    assert_int_equal(chans[0].target, 1);
+    assert_memory_equal(chans[0].dst, chans[0].src, 8 * n);
+    assert_memory_equal(chans[1].dst + 7 * n, chans[1].src + 7 * n, n);
+    assert_int_equal(p->errors, 1); /* the out-of-range put, dropped alone */
+    assert_int_equal(cchan_proxy_destroy(p), 0);
+    for (int i = 0; i < 2; i++) {
+        free(chans[i].src);
+        free(chans[i].dst);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_channels_interleaved),
         cmocka_unit_test(test_channels_interleaved),
         cmocka_unit_test(test_channels_interleaved),
+        cmocka_unit_test(test_contiguous_puts_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

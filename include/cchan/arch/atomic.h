@@ -39,6 +39,7 @@ CCHAN_EXTERN_C_BEGIN
     }
 CCHAN_DEFINE_LD(cchan_load_acquire_sys_u64, "ld.acquire.sys.u64", uint64_t, "l")
 CCHAN_DEFINE_LD(cchan_load_acquire_dev_u64, "ld.acquire.gpu.u64", uint64_t, "l")
+CCHAN_DEFINE_LD(cchan_load_relaxed_dev_u64, "ld.relaxed.gpu.u64", uint64_t, "l")
 CCHAN_DEFINE_LD(cchan_load_relaxed_sys_u64, "ld.relaxed.sys.u64", uint64_t, "l")
 CCHAN_DEFINE_LD(cchan_load_acquire_sys_u32, "ld.acquire.sys.u32", uint32_t, "r")
 CCHAN_DEFINE_LD(cchan_load_relaxed_sys_u32, "ld.relaxed.sys.u32", uint32_t, "r")
@@ -117,6 +118,9 @@ CCHAN_DEVICE_INLINE uint64_t cchan_load_acquire_sys_u64(const uint64_t *p) {
 }
 CCHAN_DEVICE_INLINE uint64_t cchan_load_acquire_dev_u64(const uint64_t *p) {
     return __hip_atomic_load(p, __ATOMIC_ACQUIRE, CCHAN_HIP_DEV);
+}
+CCHAN_DEVICE_INLINE uint64_t cchan_load_relaxed_dev_u64(const uint64_t *p) {
+    return __hip_atomic_load(p, __ATOMIC_RELAXED, CCHAN_HIP_DEV);
 }
 CCHAN_DEVICE_INLINE uint64_t cchan_load_relaxed_sys_u64(const uint64_t *p) {
     return __hip_atomic_load(p, __ATOMIC_RELAXED, CCHAN_HIP_SYS);
@@ -210,6 +214,7 @@ CCHAN_DEVICE_INLINE void cchan_block_sync(void) { __syncthreads(); }
     CCHAN_DEVICE_INLINE T name(T *p, T v) { return __atomic_fetch_add(p, v, order); }
 CCHAN_HOST_LD(cchan_load_acquire_sys_u64, uint64_t, __ATOMIC_ACQUIRE)
 CCHAN_HOST_LD(cchan_load_acquire_dev_u64, uint64_t, __ATOMIC_ACQUIRE)
+CCHAN_HOST_LD(cchan_load_relaxed_dev_u64, uint64_t, __ATOMIC_RELAXED)
 CCHAN_HOST_LD(cchan_load_relaxed_sys_u64, uint64_t, __ATOMIC_RELAXED)
 CCHAN_HOST_LD(cchan_load_acquire_sys_u32, uint32_t, __ATOMIC_ACQUIRE)
 CCHAN_HOST_LD(cchan_load_relaxed_sys_u32, uint32_t, __ATOMIC_RELAXED)
