@@ -99,6 +99,57 @@ def minimal_allreduce(n_peers=2):
             "min_message_size": 0, "max_message_size": NO_LIMIT, "gpus": gpus}
 
 
+def barrier_allreduce(barrier=2):
+    """minimal_allreduce split over two thread blocks per rank: block 0 reduces into the output,
+    block 1 puts the result to the peer after a barrier among the two (MSCCL++'s `barrier`, which
+    joins thread blocks of one GPU). barrier=None leaves the barrier out; another number makes
+    the barrier name that many blocks."""
+    gpus = []
+    for r in range(2):
+        p = 1 - r
+        bar = [] if barrier is None else [{"name": "barrier", "barrier_id": 0,
+                                           "num_threadblocks": barrier}]
+        gpus.append({
+            "id": r, "input_chunks": 2, "output_chunks": 2, "scratch_chunks": 0,
+            "channels": [{"channel_type": "memory", "connected_to": [p, p]}],
+            "remote_buffers": [{"rank": p, "type": "i", "access_channel_types": ["memory"]},
+                               {"rank": p, "type": "o", "access_channel_types": ["memory"]}],
+            "semaphores": [],
+            "threadblocks": [{
+                "id": 0,
+                "channels": [{"channel_type": "memory", "channel_ids": [0]}],
+                "remote_buffer_refs": [{"access_channel_type": "memory",
+                                        "remote_buffer_ids": [0]}],
+                "ops": [
+                    {"name": "rlxsignal", "channel_ids": [0], "channel_type": "memory"},
+                    {"name": "rlxwait", "channel_ids": [0], "channel_type": "memory"},
+                    {"name": "nop"},
+                    {"name": "rre", "channel_type": "memory", "reduce_op": "sum",
+                     "src_buff": [{"type": "i", "index": r, "size": 1},
+                                  {"buffer_id": 0, "index": r, "size": 1}],
+                     "dst_buff": [{"type": "o", "index": r, "size": 1}]},
+                    {"name": "nop"},
+                ] + bar}, {
+                "id": 1,
+                "channels": [{"channel_type": "memory", "channel_ids": [1]}],
+                "remote_buffer_refs": [{"access_channel_type": "memory",
+                                        "remote_buffer_ids": [1]}],
+                "ops": bar + [
+                    {"name": "put", "channel_type": "memory",
+                     "src_buff": [{"type": "o", "index": r, "size": 1}],
+                     "dst_buff": [{"buffer_id": 0, "index": r, "size": 1}]},
+                    {"name": "nop"},
+                    {"name": "signal", "channel_ids": [0], "channel_type": "memory"},
+                    {"name": "wait", "channel_ids": [0], "channel_type": "memory"},
+                    {"name": "nop"},
+                ]}],
+        })
+    m = minimal_allreduce()
+    m["name"] = "barrier_allreduce"
+    m["gpus"] = gpus
+    return m
+
+
 class RoundTrip(unittest.TestCase):
     def test_every_shipped_plan(self):
         """export, JSON, import, verify: the same ops per rank and block, the same channels."""
@@ -172,7 +223,6 @@ class Import(unittest.TestCase):
         cases = [
             ({"name": "cpkt", "src_buff": [{"type": "i", "index": 0, "size": 1}],
               "dst_buff": [{"type": "s", "index": 0, "size": 1}]}, "cpkt"),
-            ({"name": "barrier", "barrier_id": 0, "num_threadblocks": 2}, "barrier"),
             ({"name": "glres", "channel_type": "switch", "src_buff": [], "dst_buff": []},
              "glres"),
             ({"name": "rppkt", "channel_type": "memory", "src_buff": [], "dst_buff": []},
@@ -188,15 +238,46 @@ class Import(unittest.TestCase):
                 self.assertTrue(str(cm.exception).startswith(f"{name} (rank 0, thread block 0)"),
                                 str(cm.exception))
 
+    def test_block_barrier(self):
+        """A barrier among a rank's thread blocks becomes rank-local semaphores: each block
+        releases one to the other, then acquires the other's; the verifier then sees block 1's
+        put of what block 0 reduced as ordered. Without the barrier that put is a race, refused by
+        the verifier (not by the converter); a barrier whose count disagrees with the blocks that
+        take part is refused by the converter."""
+        doc = mscclpp.import_plan(barrier_allreduce())
+        for rk in doc["ranks"]:
+            self.assertEqual(rk["semaphores"], 2)
+            b0 = [o for o in rk["threadblocks"][0]["ops"] if o["op"].startswith("sem_")]
+            b1 = [o for o in rk["threadblocks"][1]["ops"] if o["op"].startswith("sem_")]
+            self.assertEqual(b0, [{"op": "sem_release", "sem": 0},
+                                  {"op": "sem_acquire", "sem": 1}])
+            self.assertEqual(b1, [{"op": "sem_release", "sem": 1},
+                                  {"op": "sem_acquire", "sem": 0}])
+        compiler.verify_plan(doc)
+        with self.assertRaises(Exception) as cm:
+            mscclpp.import_plan(barrier_allreduce(barrier=None))
+        self.assertNotIsInstance(cm.exception, InterchangeError)
+        with self.assertRaisesRegex(InterchangeError, r"barrier 0 names \[3\] thread blocks, but "
+                                                      r"2 blocks take part"):
+            mscclpp.import_plan(barrier_allreduce(barrier=3))
+
+    def test_committed_plans_current(self):
+        """mscclpp_plans/ (imported and run on the host backend by CMake's roundtrip tests) holds
+        what this file's builders make."""
+        with open(os.path.join(HERE, "mscclpp_plans", "barrier_allreduce.n2.mscclpp.json")) as f:
+            self.assertEqual(json.load(f), barrier_allreduce())
+
+    def test_reuse_resources(self):
+        """reuse_resources changes only where MSCCL++ keeps its scratch: the same cchan plan."""
+        m = minimal_allreduce()
+        m["reuse_resources"] = True
+        self.assertEqual(mscclpp.import_plan(m), mscclpp.import_plan(minimal_allreduce()))
+
     def test_refused_plans(self):
         m = minimal_allreduce()
         m["gpus"][0]["channels"].append({"channel_type": "switch", "buffer_type": "o",
                                          "rank_groups": [{"size": 2, "ranks": [0, 1]}]})
         with self.assertRaisesRegex(InterchangeError, "switch"):
-            mscclpp.import_plan(m)
-        m = minimal_allreduce()
-        m["reuse_resources"] = True
-        with self.assertRaisesRegex(InterchangeError, "reuse_resources"):
             mscclpp.import_plan(m)
         m = minimal_allreduce()
         m["gpus"][0]["semaphores"] = [{"init_value": 1}]

@@ -29,7 +29,6 @@ PACKET_DST = {"put_packets"}                     # ops whose dst is a packet are
 PACKET_SRC = {"read_packets": 0, "reduce_packets": 1}  # ops whose src[i:] are packet areas
 # MSCCL++ ops with no cchan operation, and why (the error names the op).
 UNMAPPED = {
-    "barrier": "MSCCL++'s barrier joins thread blocks of one GPU; cchan's joins ranks",
     "rppkt": "forwarding LL packets without unpacking them has no cchan operation",
     "cpkt": "cchan writes LL packets only into a peer's scratch (put_packets)",
     "recpkt": "cchan writes LL packets only into a peer's scratch (put_packets)",
@@ -346,9 +345,10 @@ class _Importer:
         for i, g in enumerate(gpus):
             if _need(g, "id", f"gpus[{i}]") != i:
                 raise _err(f"gpus[{i}] has id {g['id']}: gpus must be in rank order")
-        if m.get("reuse_resources"):
-            raise _err("reuse_resources: MSCCL++ then wraps scratch offsets at a fixed scratch "
-                       "size, which cchan plans do not express")
+        # reuse_resources: MSCCL++ keeps one fixed scratch across calls and, where a chunk is
+        # larger than its share of it, runs the plan piece by piece through it. cchan sizes the
+        # scratch by each call, so the plan runs as MSCCL++ runs it where the chunks fit: the same
+        # writes, with the scratch bounded by the call instead of by a constant.
         proto = _need(m, "protocol", "the plan")
         if proto not in ("Simple", "LL"):
             raise _err(f"protocol {proto!r} (MSCCL++ has Simple and LL)")
@@ -452,12 +452,63 @@ class _Importer:
 
     # -- operations
 
+    def block_barriers(self, r, blocks):
+        """The blocks of each MSCCL++ barrier id (a barrier among a rank's thread blocks), checked
+        against the count its operations name. cchan has no such barrier: it becomes rank-local
+        semaphores (block_barrier)."""
+        members, counts = {}, {}
+
+        def walk(ops, tb):
+            for o in ops:
+                if o.get("name") == "pipeline":
+                    walk(o.get("ops", []), tb)
+                elif o.get("name") == "barrier":
+                    bid = _need(o, "barrier_id", "barrier")
+                    members.setdefault(bid, set()).add(tb)
+                    counts.setdefault(bid, set()).add(_need(o, "num_threadblocks", "barrier"))
+
+        for t in blocks:
+            walk(t.get("ops", []), t["id"])
+        for bid, tbs in members.items():
+            if counts[bid] != {len(tbs)}:
+                raise _err(f"barrier {bid} names {sorted(counts[bid])} thread blocks, but "
+                           f"{len(tbs)} blocks take part in it ({sorted(tbs)})", "barrier",
+                           rank=r)
+        self.barriers = {bid: sorted(tbs) for bid, tbs in members.items()}
+        self.barrier_sems = {}  # (barrier id, occurrence, from block, to block) -> semaphore
+        self.barrier_seen = {}  # (block, barrier id) -> occurrences converted so far
+
+    def block_barrier(self, o):
+        """A barrier among K blocks of this rank, as rank-local semaphores: each block releases
+        one semaphore to every other member, then acquires one from every other member (one
+        releaser and one acquirer per semaphore, as cchan's verifier wants). The n-th barrier of
+        an id in one block meets the n-th in the others."""
+        bid = o["barrier_id"]
+        n = self.barrier_seen.get((self.tb, bid), 0)
+        self.barrier_seen[(self.tb, bid)] = n + 1
+        rk = self.ranks[self.r]
+
+        def sem(a, b):
+            key = (bid, n, a, b)
+            if key not in self.barrier_sems:
+                self.barrier_sems[key] = rk["semaphores"]
+                rk["semaphores"] += 1
+                if rk["semaphores"] > LIMITS["max_semaphores"]:
+                    raise _err(f"block barriers need more than {LIMITS['max_semaphores']} "
+                               f"rank-local semaphores", "barrier", self.r, self.tb)
+            return self.barrier_sems[key]
+
+        others = [b for b in self.barriers[bid] if b != self.tb]
+        return ([{"op": "sem_release", "sem": sem(self.tb, b)} for b in others] +
+                [{"op": "sem_acquire", "sem": sem(b, self.tb)} for b in others])
+
     def rank_ops(self, g):
         r = g["id"]
         rk = self.ranks[r]
         blocks = sorted(g.get("threadblocks", []), key=lambda t: t["id"])
         if [t["id"] for t in blocks] != list(range(len(blocks))):
             raise _err("thread block ids must be 0 .. n-1", rank=r)
+        self.block_barriers(r, blocks)
         for t in blocks:
             self.r, self.tb = r, t["id"]
             self.tb_ch = {"memory": [], "port": []}
@@ -608,6 +659,8 @@ class _Importer:
 
         if name == "nop":
             return [{"op": "sync"}]
+        if name == "barrier":
+            return self.block_barrier(o)
         if name in ("signal", "rlxsignal", "wait", "rlxwait", "flush"):
             base = name.replace("rlx", "")
             if not chs:
