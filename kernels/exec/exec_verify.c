@@ -877,11 +877,14 @@ static int check_shape(const cchan_exec_plan_t *p, const char *where) {
                            "buffers.output: %u chunks, but %s with %u input chunks on %u ranks "
                            "has %llu (the caller's output is that long)",
                            out, cn, in, n, (unsigned long long)want);
+    /* In place, the input is part of the output; a ReduceScatter's output is part of its input
+     * instead, which plans of version 1 cannot say. */
     if (p->inplace && p->collective != CCHAN_EXEC_ALLREDUCE &&
-        p->collective != CCHAN_EXEC_BROADCAST && p->collective != CCHAN_EXEC_ALLGATHER)
+        p->collective != CCHAN_EXEC_BROADCAST && p->collective != CCHAN_EXEC_ALLGATHER &&
+        p->collective != CCHAN_EXEC_ALLTOALL)
         return execi_error(-EINVAL, where,
                            "inplace: true, but version 1 has in-place plans only for allreduce, "
-                           "allgather and broadcast (not %s)",
+                           "allgather, alltoall and broadcast (not %s)",
                            cn);
     return 0;
 }

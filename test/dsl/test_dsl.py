@@ -17,9 +17,10 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 
 import broken  # noqa: E402
-from cchan.dsl import (AllGather, AllReduce, ChunkRangeError, Custom, DeadlockError,  # noqa: E402
-                       DslError, MissingSignalError, PlanFormatError, PostconditionError,
-                       Program, RaceError, TBGroup, UnknownChannelError, UnknownPeerError)
+from cchan.dsl import (AllGather, AllReduce, AllToAll, ChunkRangeError, Custom,  # noqa: E402
+                       DeadlockError, DslError, MissingSignalError, PlanFormatError,
+                       PostconditionError, Program, RaceError, TBGroup, UnknownChannelError,
+                       UnknownPeerError)
 from cchan.dsl import __main__ as cli  # noqa: E402
 from cchan.dsl import compiler, lower, plans, schema, show  # noqa: E402
 
@@ -498,6 +499,31 @@ class Features(unittest.TestCase):
         doc = prog.compile()
         self.assertTrue(doc["inplace"])
         self.assertNotIn('"input"', json.dumps(doc["ranks"]))
+
+    def test_inplace_alltoall(self):
+        """In place, an AllToAll's input is its output: a chunk may be overwritten only after it
+        was sent. Swapping each pair's chunks through scratch verifies; overwriting a chunk with
+        what the peer sent before sending it is refused (that chunk's data is gone)."""
+        def build(copy_first):
+            prog = Program("a2a_inplace", AllToAll(3), inplace=True)
+            for r in range(3):
+                for tb, p in enumerate([(r + k) % 3 for k in (1, 2)]):
+                    ch = prog.memory_channel(r, p)
+                    ch.signal(tb)
+                    ch.wait(tb)
+                    if copy_first:
+                        prog.copy(prog.output(r)[p], prog.scratch(r)[p], tb)
+                    ch.put(prog.scratch(p)[r], prog.output(r)[p], tb)
+                    ch.signal(tb)
+                    ch.wait(tb)
+                    if not copy_first:
+                        prog.copy(prog.output(r)[p], prog.scratch(r)[p], tb)
+            return prog
+        doc = build(False).compile()
+        self.assertTrue(doc["inplace"])
+        self.assertNotIn('"input"', json.dumps(doc["ranks"]))
+        with self.assertRaises(DslError):
+            build(True).compile()
 
     def test_loop_plan_size_independent_of_message(self):
         from cchan.dsl.algorithms import ring

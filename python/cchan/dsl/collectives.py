@@ -99,6 +99,9 @@ class AllToAll(Collective):
     def out_chunks(self):
         return self.chunks * self.nranks
 
+    def inplace_offset(self, rank):
+        return 0  # in place, the input is the output (a chunk is overwritten once it was sent)
+
     def expected(self, rank, chunk):
         src, c = divmod(chunk, self.chunks)
         return Counter({(src, rank * self.chunks + c): 1})

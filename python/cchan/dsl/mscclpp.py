@@ -365,9 +365,10 @@ class _Importer:
             kind = "custom"  # test, sendrecv, custom: no built-in postcondition
         self.kind = kind
         self.inplace = bool(_need(m, "inplace", "the plan"))
-        if self.inplace and kind not in ("allreduce", "allgather", "broadcast", "custom"):
-            raise _err(f"an in-place {kind}: cchan plans have in-place AllReduce, AllGather and "
-                       f"Broadcast only")
+        if self.inplace and kind not in ("allreduce", "allgather", "alltoall", "broadcast",
+                                          "custom"):
+            raise _err(f"an in-place {kind}: cchan plans have in-place AllReduce, AllGather, "
+                       f"AllToAll and Broadcast only")
         if self.inplace and kind == "custom":
             raise _err("an in-place custom collective: cchan cannot tell where the input lies "
                        "in the output")
