@@ -619,6 +619,59 @@ class Cli(unittest.TestCase):
             self.assertIn("reduce_packets", out)
             self.assertTrue(os.path.exists(os.path.join(tmp, "p.dot")))
 
+    def test_malformed_input_is_named(self):
+        """Every malformed input the command line takes ends with one error line (exit 1), no
+        traceback: a plan that breaks the schema (show, verify), text that is not JSON, a program
+        that does not exist, an option the program does not take, an option value it chokes on,
+        an MSCCL++ plan without its fields."""
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "bad.json")
+            with open(bad, "w") as f:
+                json.dump({"format": "cchan-plan", "version": 1, "ranks": 3}, f)
+            notjson = os.path.join(tmp, "notjson.json")
+            with open(notjson, "w") as f:
+                f.write("[1, 2")
+            foreign = os.path.join(tmp, "m.json")
+            with open(foreign, "w") as f:
+                json.dump({"gpus": [{"id": 0}], "name": "x"}, f)
+            cases = [
+                (("show", bad), "PlanFormatError"),
+                (("verify", bad), "PlanFormatError"),
+                (("show", notjson), "not JSON"),
+                (("compile", "nosuch", "--nranks", "4"), "no such program"),
+                (("compile", "ring", "--nranks", "4", "--set", "nosuchkey=3"),
+                 "--set nosuchkey: not an option of this program (it takes: collective, "
+                 "channel, loop_unit)"),
+                (("compile", "ring", "--nranks", "4", "--set", "loop_unit=abc"),
+                 "raised TypeError"),
+                (("import-mscclpp", foreign), "InterchangeError"),
+            ]
+            for argv, want in cases:
+                with self.subTest(argv=argv):
+                    rc, _, err = self.run_cli(*argv)
+                    self.assertEqual(rc, 1, err)
+                    self.assertTrue(err.startswith("error: "), err)
+                    self.assertIn(want, err)
+                    self.assertNotIn("Traceback", err)
+
+    def test_error_names_the_call_site(self):
+        """An operation made in a helper function: the error names the helper's line and the
+        program's line that called it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "helper.py")
+            with open(path, "w") as f:
+                f.write("from cchan.dsl import AllGather, Program\n"
+                        "def bad_ref(prog):\n"
+                        "    return prog.input(0)[3]\n"
+                        "def program(nranks):\n"
+                        "    prog = Program('bad', AllGather(nranks))\n"
+                        "    bad_ref(prog)\n"
+                        "    return prog\n")
+            rc, _, err = self.run_cli("compile", path, "--nranks", "2")
+            self.assertEqual(rc, 1)
+            self.assertIn(f"{path}:3: ", err)
+            self.assertIn(f"(called from {path}:6)", err)
+
     def test_compile_rejects_with_line(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "bad.py")

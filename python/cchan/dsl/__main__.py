@@ -1,13 +1,15 @@
 """python3 -m cchan.dsl {compile,verify,show,plans,vocab,import-mscclpp,export-mscclpp}: see
 docs/dsl.md."""
 import argparse
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
+import traceback
 
-from . import compiler, lower, mscclpp, plans, show, vocabulary
+from . import compiler, lower, mscclpp, plans, schema, show, vocabulary
 from .errors import DslError
 
 
@@ -23,7 +25,14 @@ def _options(pairs):
 
 
 def cmd_compile(args):
-    mod = plans.load_module(args.program)
+    try:
+        mod = plans.load_module(args.program)
+    except ModuleNotFoundError:
+        names = sorted({m.__name__.rsplit(".", 1)[-1] for m, _, _, _ in plans.shipped()})
+        raise _ForeignPlan(f"{args.program}: no such program (a PROG.py file, or one of the "
+                           f"shipped algorithms: {', '.join(names)})") from None
+    if not callable(getattr(mod, "program", None)):
+        raise _ForeignPlan(f"{args.program}: defines no program(nranks, ...) function")
     options = {}
     variants = getattr(mod, "VARIANTS", {})
     if args.variant:
@@ -33,7 +42,22 @@ def cmd_compile(args):
     elif variants:
         options = dict(next(iter(variants.values())))
     options.update(_options(args.set))
-    doc = mod.program(args.nranks, **options).compile()
+    params = list(inspect.signature(mod.program).parameters.values())
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
+    known = [p.name for p in params[1:] if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    unknown = [k for k in options if k not in known and not takes_any]
+    if unknown:
+        raise _ForeignPlan(f"{args.program}: --set {unknown[0]}: not an option of this program "
+                           f"(it takes: {', '.join(known) or 'none'})")
+    try:
+        doc = mod.program(args.nranks, **options).compile()
+    except DslError:
+        raise
+    except Exception as e:  # the program itself failed: say where, without a traceback
+        site = traceback.extract_tb(e.__traceback__)[-1]
+        raise _ForeignPlan(f"{args.program}: program(nranks={args.nranks}"
+                           f"{''.join(f', {k}={v!r}' for k, v in options.items())}) raised "
+                           f"{type(e).__name__}: {e} ({site.filename}:{site.lineno})") from None
     text = plans.dumps(doc)
     if args.output in (None, "-"):
         sys.stdout.write(text)
@@ -98,6 +122,7 @@ def cmd_verify(args):
 
 def cmd_show(args):
     doc = _load(args.plan)
+    schema.validate_plan(doc)  # a malformed plan is named, not a traceback of the lowering
     ir = lower.from_plan(doc)
     sys.stdout.write(show.listing(ir))
     if args.dot:

@@ -70,7 +70,7 @@ def insert_syncs(ir):
             out = []
             for op, hit in _conflicts(ops):
                 if hit is not None:
-                    out.append(Op("sync", loop=op.loop, path=op.path, line=op.line))
+                    out.append(Op("sync", loop=op.loop, path=op.path, line=op.line, via=op.via))
                 out.append(op)
             r.tbs[tb] = out
     return ir

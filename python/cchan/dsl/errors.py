@@ -22,7 +22,8 @@ class DslError(Exception):
         if self.tb is not None:
             who.append(f"thread block {self.tb}")
         who = f" ({', '.join(who)})" if who else ""
-        return f"{head}{self.op.name}{who}: {self.message}"
+        via = self.op.via_text() if hasattr(self.op, "via_text") else ""
+        return f"{head}{self.op.name}{who}: {self.message}{via}"
 
 
 class ChunkRangeError(DslError):

@@ -69,6 +69,8 @@ class Op:
     loop: int | None = None  # loop id (IR only)
     path: str | None = None  # the user's file (IR only; plans keep the base name in loc)
     line: int | None = None
+    # the user's calls that led there, innermost first ((path, line) pairs; errors only)
+    via: tuple = field(default=(), compare=False)
 
     def loc(self):
         if self.path is None:
@@ -77,6 +79,11 @@ class Op:
 
     def path_line(self):
         return None if self.path is None else f"{self.path}:{self.line}"
+
+    def via_text(self):
+        """The user's calls that led to the operation, when it was made in a helper function."""
+        return "" if not self.via else " (called from " + ", ".join(
+            f"{p}:{ln}" for p, ln in self.via) + ")"
 
     def to_json(self):
         d = {"op": self.name}

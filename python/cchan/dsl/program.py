@@ -15,20 +15,36 @@ from .vocabulary import PACKET_PROTOCOLS, PROTOCOLS
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__))
+_VIA_MAX = 3  # outer calls an error names
+
+
 def _caller():
-    """The first stack frame outside the DSL's own modules: the user's call."""
+    """The first stack frame outside the DSL's own modules (the user's call), and the user's
+    calls that led to it, innermost first: frames up to the DSL's own or the standard library's
+    (the command line, a test runner), at most _VIA_MAX of them."""
     f = inspect.currentframe()
     while f is not None:
         path = os.path.abspath(f.f_code.co_filename)
         if os.path.dirname(path) != _HERE:
-            return path, f.f_lineno
+            break
         f = f.f_back
-    return None, None
+    if f is None:
+        return None, None, ()
+    site, via = (path, f.f_lineno), []
+    f = f.f_back
+    while f is not None and len(via) < _VIA_MAX:
+        p = os.path.abspath(f.f_code.co_filename)
+        if os.path.dirname(p) == _HERE or p.startswith(_STDLIB + os.sep) or p.startswith("<"):
+            break
+        via.append((p, f.f_lineno))
+        f = f.f_back
+    return site[0], site[1], tuple(via)
 
 
 def _site(what):
-    path, line = _caller()
-    return Op(what, path=path, line=line)
+    path, line, via = _caller()
+    return Op(what, path=path, line=line, via=via)
 
 
 class TBGroup:
@@ -436,7 +452,7 @@ class Program:
                         for p in peers:
                             end(kind, p, r.rank, idx)  # the peer's end of the connection
                             out.append(Op(name, ch=end(kind, r.rank, p, idx), loop=op.loop,
-                                          path=op.path, line=op.line))
+                                          path=op.path, line=op.line, via=op.via))
                 r.tbs[tb] = out
         return ranks
 
@@ -455,13 +471,13 @@ class Program:
             self._loop = None
 
     def _emit(self, rank, tb, name, **fields):
-        path, line = _caller()
+        path, line, via = _caller()
         tbs = tb.tbs if isinstance(tb, TBGroup) else [tb]
         for i, t in enumerate(tbs):
             if not isinstance(t, int) or t < 0:
                 raise ProgramError(f"thread block must be an integer >= 0, not {t!r}",
-                                   op=Op(name, path=path, line=line), rank=rank)
-            op = Op(name, loop=self._loop, path=path, line=line, **fields)
+                                   op=Op(name, path=path, line=line, via=via), rank=rank)
+            op = Op(name, loop=self._loop, path=path, line=line, via=via, **fields)
             if len(tbs) > 1:
                 op.tbg_index, op.tbg_size = i, len(tbs)
             self._ranks[rank].tbs.setdefault(t, []).append(op)
