@@ -706,7 +706,7 @@ static int bind_find_regs(cchan_exec_t *e, uint8_t *const ptr[EXEC_NBUF],
     const cchan_exec_plan_t *p = e->plan;
     for (int b = 0; b < 2; b++) {
         if (!(p->need_reg & (1u << b))) continue;
-        if (b == EXEC_BUF_INPUT && p->inplace) continue;
+        if (b == execi_inplace_absent(p)) continue;
         reg[b] = reg_find(e, ptr[b], len[b]);
         if (!reg[b])
             return execi_error(-EINVAL, "cchan_exec_run",
@@ -967,7 +967,13 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
     int st = run_ranges(send, in_bytes, recv, out_bytes, where);
     if (st) return st;
     const uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
-    if (p->inplace) {
+    if (p->inplace && p->collective == CCHAN_EXEC_REDUCESCATTER) {
+        if (r != s + (uint64_t)e->rank * out_bytes)
+            return execi_error(-EINVAL, where,
+                               "plan \"%s\" is in place: recv must be the output's place in send "
+                               "(send + rank * out_bytes), got %p for send %p",
+                               p->name, recv, send);
+    } else if (p->inplace) {
         uintptr_t want = r;
         if (p->collective == CCHAN_EXEC_ALLGATHER) want = r + (uint64_t)e->rank * in_bytes;
         if (s != want)
@@ -985,7 +991,7 @@ static int run_check(const cchan_exec_t *e, const void *send, const void *recv, 
                            (unsigned long long)out_bytes);
     }
     for (int b = 0; b < 2; b++) {
-        if (!(p->need_reg & (1u << b)) || (b == EXEC_BUF_INPUT && p->inplace)) continue;
+        if (!(p->need_reg & (1u << b)) || b == execi_inplace_absent(p)) continue;
         const void *ptr = b ? recv : send;
         uint64_t len = b ? out_bytes : in_bytes;
         if (!reg_find(e, ptr, len))
@@ -1007,8 +1013,7 @@ static int run_ranges(const void *send, uint64_t in_bytes, const void *recv, uin
         return execi_error(CCHAN_ERR_RANGE, where,
                            "send %p (%llu bytes) or recv %p (%llu bytes) runs past the end of the "
                            "address space",
-                           send, (unsigned long long)in_bytes, recv,
-                           (unsigned long long)out_bytes);
+                           send, (unsigned long long)in_bytes, recv, (unsigned long long)out_bytes);
     return 0;
 }
 

@@ -50,6 +50,13 @@ struct cchan_exec_plan {
     exec_rank_desc_t *ranks;
 };
 
+/* The buffer an in-place plan does not name: the input, which is part of the output (NCCL's
+ * convention), except for ReduceScatter, whose output is part of the input. -1 out of place. */
+static inline int execi_inplace_absent(const struct cchan_exec_plan *p) {
+    if (!p->inplace) return -1;
+    return p->collective == CCHAN_EXEC_REDUCESCATTER ? EXEC_BUF_OUTPUT : EXEC_BUF_INPUT;
+}
+
 /* Records the calling thread's error message (cchan_exec_last_error) and returns status. */
 int execi_error(int status, const char *where, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -196,10 +196,10 @@ static int parse_ref(ctx_t *c, const cchan_exec_plan_t *p, const exec_rank_desc_
         if (rk->nch == 0) return bad(c, "ch", "this rank has no channels");
         return st;
     }
-    if (buf == EXEC_BUF_INPUT && inplace)
-        return bad(c, "buf",
-                   "\"input\" in an in-place plan (in-place plans name only output and "
-                   "scratch)");
+    if (inplace && buf == execi_inplace_absent(p))
+        return bad(c, "buf", "\"%s\" in an in-place %s plan (it names only %s and scratch)",
+                   exec_buf_names[buf], cchan_exec_collective_name(p->collective),
+                   exec_buf_names[EXEC_BUF_INPUT + EXEC_BUF_OUTPUT - buf]);
     if (ch >= 0) {
         const exec_chan_desc_t *cd = &rk->ch[ch];
         if (cd->type == EXEC_CH_SWITCH)
@@ -447,8 +447,9 @@ static int parse_remote_buffers(ctx_t *c, const cchan_exec_plan_t *p, const json
         json_decref(wrap);
         path_pop(c, s2);
         if (st < 0) return st;
-        if (b == EXEC_BUF_INPUT && p->inplace)
-            return bad(c, "remote_buffers", "\"input\" in an in-place plan");
+        if (b == execi_inplace_absent(p))
+            return bad(c, "remote_buffers", "\"%s\" in an in-place %s plan", exec_buf_names[b],
+                       cchan_exec_collective_name(p->collective));
         cd->remote_mask |= 1u << b;
     }
     return 0;

@@ -600,10 +600,14 @@ static int caller(vm_t *m, int r, int e) {
     uint32_t t = ++m->vc[(size_t)c * m->na + c];
     uint32_t in = p->buf_chunks[EXEC_BUF_INPUT], out = p->buf_chunks[EXEC_BUF_OUTPUT];
     int st;
+    /* where output chunk k lives: an in-place ReduceScatter's output is its slice of the input */
+    const int out_in_input = execi_inplace_absent(p) == EXEC_BUF_OUTPUT;
+    const int ob = out_in_input ? EXEC_BUF_INPUT : EXEC_BUF_OUTPUT;
+    const uint32_t oo = out_in_input ? (uint32_t)r * out : 0;
     if (e >= 0) {
         for (uint32_t k = 0; k < out; k++)
             for (uint32_t u = 0; u < m->L; u++) {
-                uint64_t un = unit_of(m, r, EXEC_BUF_OUTPUT, k, u);
+                uint64_t un = unit_of(m, r, ob, oo + k, u);
                 if ((st = rd(m, c, t, un, 0, m->tmp))) return st;
                 if (!expect_val(m, m->tmp2, (uint32_t)e, r, k)) continue;
                 if (memcmp(m->tmp, m->tmp2, m->vs)) {
@@ -639,13 +643,13 @@ static int caller(vm_t *m, int r, int e) {
         for (uint32_t u = 0; u < m->L; u++) {
             memset(m->tmp, 0, m->vs);
             m->tmp[m->vs - 1] = 1;
-            if (p->inplace) {
+            if (p->inplace && !out_in_input) {
                 uint32_t base = p->collective == CCHAN_EXEC_ALLGATHER ? (uint32_t)r * in : 0;
                 if (k >= base && k < base + in) input_val(m, m->tmp, ne, r, k - base);
             }
             if ((st = wr(m, c, t, unit_of(m, r, EXEC_BUF_OUTPUT, k, u), m->tmp, 0, -1))) return st;
         }
-    if (!p->inplace)
+    if (!p->inplace || out_in_input)
         for (uint32_t k = 0; k < in; k++)
             for (uint32_t u = 0; u < m->L; u++) {
                 input_val(m, m->tmp, ne, r, k);
@@ -877,15 +881,12 @@ static int check_shape(const cchan_exec_plan_t *p, const char *where) {
                            "buffers.output: %u chunks, but %s with %u input chunks on %u ranks "
                            "has %llu (the caller's output is that long)",
                            out, cn, in, n, (unsigned long long)want);
-    /* In place, the input is part of the output; a ReduceScatter's output is part of its input
-     * instead, which plans of version 1 cannot say. */
-    if (p->inplace && p->collective != CCHAN_EXEC_ALLREDUCE &&
-        p->collective != CCHAN_EXEC_BROADCAST && p->collective != CCHAN_EXEC_ALLGATHER &&
-        p->collective != CCHAN_EXEC_ALLTOALL)
+    /* In place, the input is part of the output, or (ReduceScatter) the output of the input;
+     * a custom plan does not say which. */
+    if (p->inplace && p->collective == CCHAN_EXEC_CUSTOM)
         return execi_error(-EINVAL, where,
-                           "inplace: true, but version 1 has in-place plans only for allreduce, "
-                           "allgather, alltoall and broadcast (not %s)",
-                           cn);
+                           "inplace: true for a custom plan (no in-place custom "
+                           "plans: nothing says where the input lies)");
     return 0;
 }
 

@@ -525,6 +525,32 @@ class Features(unittest.TestCase):
         with self.assertRaises(DslError):
             build(True).compile()
 
+    def test_inplace_reducescatter(self):
+        """In place, a ReduceScatter's output is the rank's slice of its input: the plan names no
+        output, may write that slice and no other part of the input."""
+        from cchan.dsl import InputWriteError, ReduceScatter
+
+        def build(bad_write):
+            prog = Program("rs_inplace", ReduceScatter(2), inplace=True)
+            for r in range(2):
+                p = 1 - r
+                ch = prog.memory_channel(r, p)
+                ch.signal(0)
+                ch.wait(0)
+                ch.put(prog.scratch(p)[0], prog.input(r)[p], 0)
+                ch.signal(0)
+                ch.wait(0)
+                dst = prog.input(r)[p] if bad_write else prog.output(r)[0]
+                prog.reduce(dst, [prog.input(r)[r], prog.scratch(r)[0]], 0)
+            return prog
+        doc = build(False).compile()
+        self.assertTrue(doc["inplace"])
+        self.assertNotIn('"output"', json.dumps(doc["ranks"]))
+        with self.assertRaisesRegex(InputWriteError, r"writes input\[1\] of rank 0: .* may "
+                                                     r"write only the output inside its input, "
+                                                     r"chunks \[0, 1\)"):
+            build(True).compile()
+
     def test_loop_plan_size_independent_of_message(self):
         from cchan.dsl.algorithms import ring
         a = ring.program(4, loop_unit=1 << 16).compile()

@@ -117,10 +117,15 @@ static int run_case(cchan_exec_t *ex, const cchan_exec_plan_info_t *in, bufs_t *
     uint64_t out_bytes = out_count * es;
     uint8_t *recv = b->recv;
     uint8_t *send = b->send;
-    if (in->inplace)
+    uint8_t *guard = recv + out_bytes; /* GUARD bytes after the call's last byte */
+    if (in->inplace && in->collective == CCHAN_EXEC_REDUCESCATTER) {
+        recv = send + (uint64_t)g_rank * out_bytes; /* the output is the rank's slice of send */
+        guard = send + in_bytes;
+    } else if (in->inplace) {
         send = in->collective == CCHAN_EXEC_ALLGATHER ? recv + (uint64_t)g_rank * in_bytes : recv;
+    }
     memset(recv, 0xEE, out_bytes);
-    memset(recv + out_bytes, GUARD_BYTE, GUARD);
+    memset(guard, GUARD_BYTE, GUARD);
     for (uint64_t i = 0; i < count; i++) store(send, i, value(seed, g_rank, i, dt), dt);
     int st = cchan_exec_run(ex, send, recv, count, dt, CCHAN_EXEC_SUM, NULL);
     if (st) {
@@ -142,7 +147,7 @@ static int run_case(cchan_exec_t *ex, const cchan_exec_plan_info_t *in, bufs_t *
     EXPECT(bad == 0, "%s dt %d count %llu: %d wrong elements of %llu", in->name, (int)dt,
            (unsigned long long)count, bad, (unsigned long long)out_count);
     int gbad = 0;
-    for (int g = 0; g < GUARD; g++) gbad += recv[out_bytes + g] != GUARD_BYTE;
+    for (int g = 0; g < GUARD; g++) gbad += guard[g] != GUARD_BYTE;
     EXPECT(gbad == 0, "%s dt %d count %llu: %d guard bytes after the output overwritten", in->name,
            (int)dt, (unsigned long long)count, gbad);
     return 0;
@@ -174,7 +179,7 @@ static void test_plan(cchan_comm_t *comm, const char *path, bufs_t *b, uint64_t 
             uint64_t in_bytes = count * es;
             if (in_bytes > max_bytes) continue;
             uint64_t out_bytes = in_bytes / in.in_chunks * in.out_chunks;
-            if (out_bytes + GUARD > b->recv_bytes || in_bytes > b->send_bytes) continue;
+            if (out_bytes + GUARD > b->recv_bytes || in_bytes + GUARD > b->send_bytes) continue;
             for (int r = 0; r < runs; r++)
                 run_case(ex, &in, b, dts[d], count, mix64((uint64_t)(d * 1000 + m * 10 + r) + 7));
             cases++;
@@ -191,7 +196,7 @@ static void test_plan(cchan_comm_t *comm, const char *path, bufs_t *b, uint64_t 
         uint64_t chunk = 2 * in.loop_unit + in.granularity / in.in_chunks;
         uint64_t in_bytes = chunk * in.in_chunks;
         uint64_t out_bytes = chunk * in.out_chunks;
-        if (in_bytes <= loop_bytes && in_bytes <= b->send_bytes &&
+        if (in_bytes <= loop_bytes && in_bytes + GUARD <= b->send_bytes &&
             out_bytes + GUARD <= b->recv_bytes) {
             for (int r = 0; r < runs; r++)
                 run_case(ex, &in, b, CCHAN_EXEC_F32, in_bytes / 4, mix64((uint64_t)r + 99));

@@ -173,19 +173,25 @@ static float expect(const cchan_exec_plan_info_t *in, int rank, uint64_t count, 
 static int run_both(const cchan_exec_plan_info_t *in, uint64_t count, int seed) {
     watchdog("%s x%u: a run of count %llu", in->name, g_r[0].instances, (unsigned long long)count);
     uint64_t in_bytes = count * 4, out_count = count / in->in_chunks * in->out_chunks;
-    float *send[NR];
+    float *send[NR], *recv[NR];
+    uint8_t *guard[NR]; /* GUARD bytes after the call's last byte, 0xEE */
+    const int rs_inplace = in->inplace && in->collective == CCHAN_EXEC_REDUCESCATTER;
     for (int i = 0; i < NR; i++) {
         rank_state_t *r = &g_r[i];
-        send[i] = in->inplace
+        recv[i] = rs_inplace ? r->send + i * out_count : r->recv; /* output inside the input */
+        send[i] = rs_inplace ? r->send
+                  : in->inplace
                       ? (in->collective == CCHAN_EXEC_ALLGATHER ? r->recv + i * count : r->recv)
                       : r->send;
-        memset(r->recv, 0xEE, out_count * 4 + GUARD);
+        guard[i] = (uint8_t *)(rs_inplace ? send[i] + count : recv[i] + out_count);
+        memset(recv[i], 0xEE, out_count * 4);
+        memset(guard[i], 0xEE, GUARD);
         for (uint64_t k = 0; k < count; k++) send[i][k] = val(i, k, seed);
     }
     int st[NR];
     for (int i = 0; i < NR; i++) /* rank 0's run must not wait for rank 1's */
-        st[i] = cchan_exec_run(g_r[i].ex, send[i], g_r[i].recv, count, CCHAN_EXEC_F32,
-                               CCHAN_EXEC_SUM, (void *)&g_r[i]);
+        st[i] = cchan_exec_run(g_r[i].ex, send[i], recv[i], count, CCHAN_EXEC_F32, CCHAN_EXEC_SUM,
+                               (void *)&g_r[i]);
     for (int i = 0; i < NR; i++) {
         EXPECT(st[i] == 0, "%s x%u rank %d count %llu: run = %d (%s)", in->name, g_r[i].instances,
                i, (unsigned long long)count, st[i], cchan_exec_last_error());
@@ -196,17 +202,16 @@ static int run_both(const cchan_exec_plan_info_t *in, uint64_t count, int seed) 
     for (int i = 0; i < NR; i++) {
         uint64_t bad = 0, first = 0;
         for (uint64_t o = 0; o < out_count; o++)
-            if (g_r[i].recv[o] != expect(in, i, count, o, seed) && bad++ == 0) first = o;
-        const uint8_t *g = (const uint8_t *)(g_r[i].recv + out_count);
+            if (recv[i][o] != expect(in, i, count, o, seed) && bad++ == 0) first = o;
         int gbad = 0;
-        for (int k = 0; k < GUARD; k++) gbad += g[k] != 0xEE;
+        for (int k = 0; k < GUARD; k++) gbad += guard[i][k] != 0xEE;
         EXPECT(bad == 0 && gbad == 0,
                "%s x%u rank %d count %llu (%llu bytes)%s: %llu of %llu wrong (first out[%llu] = "
                "%g, want %g), %d guard bytes overwritten",
                in->name, g_r[i].instances, i, (unsigned long long)count,
                (unsigned long long)in_bytes, in->inplace ? " in place" : "",
                (unsigned long long)bad, (unsigned long long)out_count, (unsigned long long)first,
-               g_r[i].recv[first], expect(in, i, count, first, seed), gbad);
+               recv[i][first], expect(in, i, count, first, seed), gbad);
     }
     return st[0] || st[1];
 }

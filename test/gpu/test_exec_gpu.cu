@@ -104,6 +104,7 @@ static double xg_expect(const gt_ctx_t *ctx, const cchan_exec_plan_info_t *in, u
 
 typedef struct xg_call {
     uint8_t *send, *recv;
+    uint8_t *guard; /* XG_GUARD bytes after the call's last byte */
     uint64_t count, in_bytes, out_bytes;
 } xg_call_t;
 
@@ -116,9 +117,13 @@ static xg_call_t xg_layout(const gt_ctx_t *ctx, const cchan_exec_plan_info_t *in
     c.out_bytes = c.in_bytes / in->in_chunks * in->out_chunks;
     c.recv = g_xg.recv;
     c.send = g_xg.send;
-    if (in->inplace)
+    if (in->inplace && in->collective == CCHAN_EXEC_REDUCESCATTER) /* output inside the input */
+        c.recv = c.send + (uint64_t)ctx->rank * c.out_bytes;
+    else if (in->inplace)
         c.send = in->collective == CCHAN_EXEC_ALLGATHER ? c.recv + (uint64_t)ctx->rank * c.in_bytes
                                                         : c.recv;
+    c.guard = in->inplace && in->collective == CCHAN_EXEC_REDUCESCATTER ? c.send + c.in_bytes
+                                                                        : c.recv + c.out_bytes;
     return c;
 }
 
@@ -127,13 +132,15 @@ static void xg_prepare(gt_ctx_t *ctx, const xg_call_t *c, cchan_exec_dtype_t dt,
     for (uint64_t i = 0; i < c->count; i++)
         xg_store(g_xg.h_in, i, xg_value(seed, ctx->rank, i, dt), dt);
     GT_CUDA(cudaMemsetAsync(c->recv, 0xEE, c->out_bytes, ctx->stream));
-    GT_CUDA(cudaMemsetAsync(c->recv + c->out_bytes, XG_GUARD_BYTE, XG_GUARD, ctx->stream));
+    GT_CUDA(cudaMemsetAsync(c->guard, XG_GUARD_BYTE, XG_GUARD, ctx->stream));
     GT_CUDA(cudaMemcpyAsync(c->send, g_xg.h_in, c->in_bytes, cudaMemcpyHostToDevice, ctx->stream));
 }
 
 static int xg_verify(gt_ctx_t *ctx, const cchan_exec_plan_info_t *in, const xg_call_t *c,
                      cchan_exec_dtype_t dt, uint64_t seed, const char *what) {
-    GT_CUDA(cudaMemcpyAsync(g_xg.h_out, c->recv, c->out_bytes + XG_GUARD, cudaMemcpyDeviceToHost,
+    GT_CUDA(
+        cudaMemcpyAsync(g_xg.h_out, c->recv, c->out_bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    GT_CUDA(cudaMemcpyAsync(g_xg.h_out + c->out_bytes, c->guard, XG_GUARD, cudaMemcpyDeviceToHost,
                             ctx->stream));
     GT_SYNC(ctx);
     uint64_t n = c->out_bytes / cchan_exec_dtype_size(dt), bad = 0, first = 0;

@@ -15,12 +15,17 @@ from .vocabulary import LIMITS, OPS
 NEEDS = CHANNEL_NEEDS
 
 
+def output_in_input(ir):
+    """An in-place plan whose output is part of its input (ReduceScatter): it names no output."""
+    return ir.inplace and ir.collective.inplace_output_offset(0) is not None
+
+
 def _buffer_size(ir, owner, buf):
     c = ir.collective
     if buf == "input":
-        return 0 if ir.inplace else c.in_chunks
+        return 0 if ir.inplace and not output_in_input(ir) else c.in_chunks
     if buf == "output":
-        return c.out_chunks
+        return 0 if output_in_input(ir) else c.out_chunks
     return ir.ranks[owner].scratch_chunks
 
 
@@ -66,10 +71,24 @@ def _check_op(ir, rank, tb, op):
             raise ProgramError(f"{len(refs)} {what} refs; {op.name} takes {lo} to {hi}",
                                op=op, rank=rank, tb=tb)
     for ref in op.dst:
-        if ref.buf == "input":
-            raise InputWriteError(
-                f"writes {ref}: the caller's input is read-only (its send buffer; an in-place "
-                f"plan writes the output, which holds the input)", op=op, rank=rank, tb=tb)
+        if ref.buf != "input":
+            continue
+        if output_in_input(ir):
+            # an in-place ReduceScatter's output is the owner's slice of its input
+            owner = rank if ref.ch is None else \
+                chans[ref.ch].peer if 0 <= ref.ch < len(chans) else None
+            if owner is not None:
+                lo = ir.collective.inplace_output_offset(owner)
+                hi = lo + ir.collective.out_chunks
+                if all(lo <= k < hi for k in ref.chunks()):
+                    continue
+                raise InputWriteError(
+                    f"writes {ref} of rank {owner}: an in-place {ir.collective.kind} may write "
+                    f"only the output inside its input, chunks [{lo}, {hi})", op=op, rank=rank,
+                    tb=tb)
+        raise InputWriteError(
+            f"writes {ref}: the caller's input is read-only (its send buffer; an in-place "
+            f"plan writes the output, which holds the input)", op=op, rank=rank, tb=tb)
     counts = {ref.count for ref in op.src + op.dst}
     if len(counts) > 1:
         raise ProgramError("source and destination chunk counts differ", op=op, rank=rank, tb=tb)
@@ -187,7 +206,8 @@ def _check_limits(ir):
     """What the executor's loader would refuse, so that a plan that compiles also loads."""
     _limit("max_ranks", ir.nranks, "ranks")
     c = ir.collective
-    for name, n in (("input", 0 if ir.inplace else c.in_chunks), ("output", c.out_chunks),
+    for name, n in (("input", _buffer_size(ir, 0, "input")),
+                    ("output", _buffer_size(ir, 0, "output")),
                     ("scratch", max((r.scratch_chunks for r in ir.ranks), default=0))):
         _limit("max_chunks", n, f"chunks of {name}")
     m = LIMITS["align_multiple"]

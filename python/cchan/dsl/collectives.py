@@ -46,6 +46,11 @@ class Collective:
         """Where the input starts in the output (in chunks) for in-place calls, or None."""
         return None
 
+    def inplace_output_offset(self, rank):
+        """Where the output starts in the input (in chunks) for in-place calls whose output is
+        part of the input (ReduceScatter, NCCL's convention), or None."""
+        return None
+
     def expected(self, rank, chunk):
         raise NotImplementedError
 
@@ -83,6 +88,9 @@ class ReduceScatter(Collective):
     @property
     def in_chunks(self):
         return self.chunks * self.nranks
+
+    def inplace_output_offset(self, rank):
+        return rank * self.chunks
 
     def expected(self, rank, chunk):
         return Counter({(q, rank * self.chunks + chunk): 1 for q in range(self.nranks)})

@@ -365,10 +365,6 @@ class _Importer:
             kind = "custom"  # test, sendrecv, custom: no built-in postcondition
         self.kind = kind
         self.inplace = bool(_need(m, "inplace", "the plan"))
-        if self.inplace and kind not in ("allreduce", "allgather", "alltoall", "broadcast",
-                                          "custom"):
-            raise _err(f"an in-place {kind}: cchan plans have in-place AllReduce, AllGather, "
-                       f"AllToAll and Broadcast only")
         if self.inplace and kind == "custom":
             raise _err("an in-place custom collective: cchan cannot tell where the input lies "
                        "in the output")
@@ -618,7 +614,11 @@ class _Importer:
                            f"in cchan's scratch, where each chunk is a packet area of two, it "
                            f"is not one chunk's payload", self.cur, self.r, self.tb)
             index //= 2
-        if buf == "input" and self.inplace:
+        if self.inplace and self.kind == "reducescatter":
+            if buf == "output":  # the output is the owner's slice of the input
+                buf = "input"
+                index += owner * self.outc
+        elif buf == "input" and self.inplace:
             buf = "output"
             if self.kind == "allgather":
                 index += owner * self.inc

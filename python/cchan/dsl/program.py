@@ -72,7 +72,7 @@ class Chunk:
 
 class Buffer:
     """A rank's buffer, indexed by chunk: buf[i] or buf[i:j]. An in-place input is a view onto
-    the output (`target`, `offset`)."""
+    the output (`target`, `offset`), an in-place ReduceScatter's output one onto the input."""
 
     def __init__(self, rank, name, size, target=None, offset=0):
         self.rank, self.name, self.size = rank, name, size
@@ -257,7 +257,8 @@ class Program:
                                op=_site("Program"))
         if instances < 1:
             raise ProgramError("instances must be at least 1", op=_site("Program"))
-        if inplace and collective.inplace_offset(0) is None and collective.kind != "broadcast":
+        if inplace and collective.inplace_offset(0) is None and \
+                collective.inplace_output_offset(0) is None and collective.kind != "broadcast":
             raise ProgramError(f"{collective.kind} has no in-place form", op=_site("Program"))
         self.name, self.collective, self.protocol = name, collective, protocol
         self.inplace, self.instances = inplace, instances
@@ -280,7 +281,11 @@ class Program:
         self._check_rank(r, "rank")
         c = self.collective
         out = Buffer(r, "output", c.out_chunks)
-        if self.inplace:
+        if self.inplace and c.inplace_output_offset(r) is not None:
+            # the output is part of the input: a view onto it, as NCCL's in-place ReduceScatter
+            out = Buffer(r, "output", c.out_chunks, "input", c.inplace_output_offset(r))
+            inp = Buffer(r, "input", c.in_chunks)
+        elif self.inplace:
             off = c.inplace_offset(r)
             inp = Buffer(r, "input", c.in_chunks, "output", off) if off is not None else \
                 Buffer(r, "input", 0)

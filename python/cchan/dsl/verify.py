@@ -41,11 +41,11 @@ class Verifier:
             for k in range(c.in_chunks):
                 for s in range(iters):
                     v = Counter({c.initial(q, k) + (s,): 1})
-                    if ir.inplace:
+                    if ir.inplace and c.inplace_output_offset(q) is None:
                         off = c.inplace_offset(q)
                         if off is not None:
                             self.values[(q, "output", off + k, s)] = v
-                    else:
+                    else:  # out of place, or the output is part of the input
                         self.values[(q, "input", k, s)] = v
         self.group_seen = defaultdict(int)
 
@@ -88,14 +88,17 @@ class Verifier:
                 want = c.expected(r, k)
                 if want is None:
                     continue
+                home = (r, "output", k)
+                if ir.inplace and c.inplace_output_offset(r) is not None:
+                    home = (r, "input", c.inplace_output_offset(r) + k)
                 for s in range(self.iters):
                     w = Counter({key + (s,): n for key, n in want.items()})
-                    got = self.values.get((r, "output", k, s))
+                    got = self.values.get(home + (s,))
                     if got == w:
                         continue
                     op = rank = tb = None
-                    if (r, "output", k, s) in self.writer:
-                        op, rank, tb = self.writer[(r, "output", k, s)]
+                    if home + (s,) in self.writer:
+                        op, rank, tb = self.writer[home + (s,)]
                     last = "" if op else "; no operation writes it"
                     raise PostconditionError(
                         f"{c.kind}: output chunk {k} of rank {r}"
