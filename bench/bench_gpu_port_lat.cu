@@ -227,6 +227,11 @@ static void fifo_rate(gpu_t *g, int puts, uint64_t count, int reps, cb_stats_t *
     free(v);
 }
 
+typedef void (*ring_kernel_t)(uint64_t *, const uint64_t *, uint64_t, uint64_t, uint32_t,
+                              uint64_t *);
+static const ring_kernel_t k_ring[4] = {k_raw_ring<0>, k_raw_ring<1>, k_raw_ring<2>, k_raw_ring<3>};
+
+/* Requests per second (millions) through the raw ring publishing as k_raw_ring<variant>. */
 static void raw_ring_rate(gpu_t *g, int variant, uint64_t count, int reps, cb_stats_t *st) {
     memset(st, 0, sizeof *st);
     if (g->rank == 0) {
@@ -244,24 +249,7 @@ static void raw_ring_rate(gpu_t *g, int variant, uint64_t count, int reps, cb_st
             if (pthread_create(&th, NULL, ring_main, &a) != 0)
                 cb_die(g->ctx, "pthread_create failed");
             CK(cudaEventRecord(g->e0, g->s));
-            switch (variant) {
-            case 0:
-                k_raw_ring<0>
-                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
-                break;
-            case 1:
-                k_raw_ring<1>
-                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
-                break;
-            case 2:
-                k_raw_ring<2>
-                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
-                break;
-            default:
-                k_raw_ring<3>
-                    <<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
-                break;
-            }
+            k_ring[variant]<<<1, 1, 0, g->s>>>(d_ring, d_tail, g->ring_seq, n, CB_RING_SLOTS, dev);
             CK_LAUNCH();
             CK(cudaEventRecord(g->e1, g->s));
             gsync(g, "raw ring");
@@ -353,18 +341,26 @@ static void lat_port_pingpong(gpu_t *g, int iters, int warm) {
         relay.mean, sig.value.mean, put.value.mean);
 }
 
-/* Runs k_flush_parts on rank 0 (mode 0: the CPU echo, 1: flush, 2: put 8 B + flush); returns the
- * means per iteration in ns: [0] the thread's own work, [1] the wait for the answer. */
-static void flush_parts(gpu_t *g, int mode, int iters, int warm, double ns[2]) {
-    ns[0] = ns[1] = 0;
+/* The CPU echo's thread for the next `n` requests of rank 0's GPU (host-mapped words 0 and 8 of
+ * h_pinned); *base is the count they continue from. */
+static relay_arg_t echo_arg(gpu_t *g, uint64_t n, uint64_t *base) {
     relay_arg_t ra;
     memset(&ra, 0, sizeof ra);
     ra.req = g->h_pinned;
     ra.remote_inbound = g->h_pinned + 8;
-    ra.last = g->relay_count;
-    ra.target = g->relay_count + (uint64_t)(warm + iters);
-    uint64_t base = g->relay_count;
-    if (mode == 0) g->relay_count += (uint64_t)(warm + iters);
+    ra.last = *base = g->relay_count;
+    ra.target = g->relay_count + n;
+    g->relay_count += n;
+    return ra;
+}
+
+/* Runs k_flush_parts on rank 0 (mode 0: the CPU echo, 1: flush, 2: put 8 B + flush); returns the
+ * means per iteration in ns: [0] the thread's own work, [1] the wait for the answer. */
+static void flush_parts(gpu_t *g, int mode, int iters, int warm, double ns[2]) {
+    ns[0] = ns[1] = 0;
+    uint64_t base = 0;
+    relay_arg_t ra;
+    if (mode == 0) ra = echo_arg(g, (uint64_t)(warm + iters), &base);
     cb_barrier(g->ctx);
     if (g->rank == 0) {
         pthread_t th;
@@ -413,14 +409,8 @@ static void lat_port_flush(gpu_t *g, int iters, int warm) {
     cb_lat_header(ctx, title, "cchan put+flush", "raw CPU echo");
     {
         cb_stats_t echo;
-        relay_arg_t ra;
-        memset(&ra, 0, sizeof ra);
-        ra.req = g->h_pinned;
-        ra.remote_inbound = g->h_pinned + 8;
-        ra.last = g->relay_count;
-        ra.target = g->relay_count + (uint64_t)(warm + iters);
-        uint64_t base = g->relay_count;
-        g->relay_count += (uint64_t)(warm + iters);
+        uint64_t base;
+        relay_arg_t ra = echo_arg(g, (uint64_t)(warm + iters), &base);
         pthread_t th;
         if (g->rank == 0 && pthread_create(&th, NULL, relay_main, &ra) != 0)
             cb_die(ctx, "pthread_create failed");

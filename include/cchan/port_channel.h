@@ -13,8 +13,9 @@
  *                                 On the dma transport, puts of at most direct_max bytes (default
  *                                 256, CCHAN_PORT_DIRECT_MAX) are stored by the calling thread into
  *                                 the peer's buffer mapped into this GPU and complete on return.
- * Puts of one channel are not ordered with one another: overlapping destinations need a flush in
- * between. signal()                      raises the peer's semaphore once every earlier put of this
+ *                                 Puts of one channel are not ordered with one another:
+ *                                 overlapping destinations need a flush in between.
+ *   signal()                      raises the peer's semaphore once every earlier put of this
  *                                 channel has landed; the peer's wait() then sees their data.
  *   wait() / poll()               on the receiving side: consume one signal (acquire). No trigger.
  *   flush()                       returns when every earlier request of this channel is complete

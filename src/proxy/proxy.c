@@ -162,11 +162,16 @@ static void proxy_activate(cchan_proxy_t *p, cchani_port_channel_t *ch) {
     p->active[p->nactive++] = ch->id;
 }
 
+/* A put of `ch` that lies inside its source and destination buffers. */
+static int proxy_put_in_range(const cchani_port_channel_t *ch, const cchan_trigger_fields_t *f) {
+    return range_fits(f->dst_off, f->bytes, ch->dst_bytes) &&
+           range_fits(f->src_off, f->bytes, ch->src_bytes);
+}
+
 /* A put outside the registered buffers is never performed; its signal is dropped with it (the peer
  * must not see data that did not arrive), but a flush on the same trigger still completes. */
 static int proxy_put(cchan_proxy_t *p, cchani_port_channel_t *ch, const cchan_trigger_fields_t *f) {
-    if (!range_fits(f->dst_off, f->bytes, ch->dst_bytes) ||
-        !range_fits(f->src_off, f->bytes, ch->src_bytes)) {
+    if (!proxy_put_in_range(ch, f)) {
         ch->counters.rejected++;
         proxy_channel_dropped(p, ch, CCHAN_ERR_RANGE);
         proxy_request_failed(
@@ -187,12 +192,6 @@ static int proxy_put(cchan_proxy_t *p, cchani_port_channel_t *ch, const cchan_tr
     ch->counters.puts++;
     ch->counters.put_bytes += f->bytes;
     return 0;
-}
-
-/* A put of `ch` that lies inside its buffers, so that puts contiguous with it can join it. */
-static int proxy_put_in_range(const cchani_port_channel_t *ch, const cchan_trigger_fields_t *f) {
-    return range_fits(f->dst_off, f->bytes, ch->dst_bytes) &&
-           range_fits(f->src_off, f->bytes, ch->src_bytes);
 }
 
 /* Puts of one channel that continue one another in source and destination, already in the FIFO

@@ -15,17 +15,12 @@ from .vocabulary import LIMITS, OPS
 NEEDS = CHANNEL_NEEDS
 
 
-def output_in_input(ir):
-    """An in-place plan whose output is part of its input (ReduceScatter): it names no output."""
-    return ir.inplace and ir.collective.inplace_output_offset(0) is not None
-
-
 def _buffer_size(ir, owner, buf):
     c = ir.collective
     if buf == "input":
-        return 0 if ir.inplace and not output_in_input(ir) else c.in_chunks
+        return 0 if ir.inplace and not ir.output_in_input else c.in_chunks
     if buf == "output":
-        return 0 if output_in_input(ir) else c.out_chunks
+        return 0 if ir.output_in_input else c.out_chunks
     return ir.ranks[owner].scratch_chunks
 
 
@@ -73,7 +68,7 @@ def _check_op(ir, rank, tb, op):
     for ref in op.dst:
         if ref.buf != "input":
             continue
-        if output_in_input(ir):
+        if ir.output_in_input:
             # an in-place ReduceScatter's output is the owner's slice of its input
             owner = rank if ref.ch is None else \
                 chans[ref.ch].peer if 0 <= ref.ch < len(chans) else None

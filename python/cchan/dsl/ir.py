@@ -201,6 +201,12 @@ class PlanIR:
     def nranks(self):
         return len(self.ranks)
 
+    @property
+    def output_in_input(self):
+        """An in-place plan whose output is part of its input (ReduceScatter): it names no
+        output."""
+        return self.inplace and self.collective.inplace_output_offset(0) is not None
+
     def blocks(self):
         """(rank, tb, ops) for every thread block, in rank and tb order."""
         for r in self.ranks:

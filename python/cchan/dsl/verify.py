@@ -41,7 +41,7 @@ class Verifier:
             for k in range(c.in_chunks):
                 for s in range(iters):
                     v = Counter({c.initial(q, k) + (s,): 1})
-                    if ir.inplace and c.inplace_output_offset(q) is None:
+                    if ir.inplace and not ir.output_in_input:
                         off = c.inplace_offset(q)
                         if off is not None:
                             self.values[(q, "output", off + k, s)] = v
@@ -89,7 +89,7 @@ class Verifier:
                 if want is None:
                     continue
                 home = (r, "output", k)
-                if ir.inplace and c.inplace_output_offset(r) is not None:
+                if ir.output_in_input:
                     home = (r, "input", c.inplace_output_offset(r) + k)
                 for s in range(self.iters):
                     w = Counter({key + (s,): n for key, n in want.items()})
